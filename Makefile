@@ -1,0 +1,52 @@
+# Plant Store task runner. `make help` lists the targets.
+SHELL := /bin/bash
+VENV ?= .venv
+PYTHON := $(VENV)/bin/python
+PORT ?= 8000
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help run test lint format test-sqlite test-postgres clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
+
+$(VENV)/.runtime: requirements.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
+
+$(VENV)/.dev: requirements.txt requirements-dev.txt | $(VENV)/.runtime
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+run: $(VENV)/.runtime ## set up .venv, migrate, and serve on 127.0.0.1:$PORT (default 8000) with SQLite
+	DJANGO_DEBUG=1 $(PYTHON) manage.py migrate --no-input
+	@echo
+	@echo "  Issue an API token:   DJANGO_DEBUG=1 $(PYTHON) manage.py token issue my-client"
+	@echo "  Create an admin user: DJANGO_DEBUG=1 $(PYTHON) manage.py createsuperuser"
+	@echo "  Then: curl -H 'Authorization: Bearer <token>' -H 'Content-Type: application/json' \\"
+	@echo "          -d '{\"id\": 1, \"name\": \"Monstera\"}' http://127.0.0.1:$(PORT)/plants"
+	@echo
+	DJANGO_DEBUG=1 $(PYTHON) manage.py runserver 127.0.0.1:$(PORT)
+
+test: lint test-sqlite test-postgres ## lint, then the whole suite on SQLite and on a throwaway PostgreSQL
+
+lint: $(VENV)/.dev ## ruff lint and format check, and no model change without a migration
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	DJANGO_DEBUG=1 $(PYTHON) manage.py makemigrations --check --dry-run
+
+format: $(VENV)/.dev ## apply ruff's fixes and formatting
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+test-sqlite: $(VENV)/.dev ## the test suite on SQLite (the embedded default)
+	env -u DATABASE_URL $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+test-postgres: $(VENV)/.dev ## the test suite on a throwaway PostgreSQL server (scripts/with-postgres)
+	scripts/with-postgres $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+clean: ## remove the venv, caches, test artefacts and the local SQLite database
+	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts staticfiles db.sqlite3
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,8 @@
+"""App configuration for plants."""
+
+from django.apps import AppConfig
+
+
+class PlantsConfig(AppConfig):
+    name = "plants"
+    default_auto_field = "django.db.models.BigAutoField"

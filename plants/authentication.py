@@ -1,0 +1,61 @@
+"""Bearer token authentication for the API (RFC 6750)."""
+
+from datetime import timedelta
+
+from django.utils import timezone
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+
+from plants.exceptions import InvalidToken, MalformedCredentials
+from plants.models import ApiToken
+from plants.tokens import MAX_TOKEN_LENGTH, token_digest
+
+# last_used_at is written at most this often per token, so the hot path stays one SELECT.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+class BearerTokenAuthentication(BaseAuthentication):
+    """Clients send an API token issued by `manage.py token issue`:
+
+        Authorization: Bearer plnt_hV1Xo2dYk3...
+
+    The scheme name is case-insensitive. Another scheme, or no header, is left to other
+    authenticators (and ends as 401 `UNAUTHENTICATED`); a malformed Bearer header or an
+    unknown, expired or revoked token fails at once with 401.
+    """
+
+    keyword = b"bearer"
+    realm = "plants"
+
+    def authenticate(self, request):
+        parts = get_authorization_header(request).split()
+        if not parts or parts[0].lower() != self.keyword:
+            return None
+        if len(parts) != 2:
+            raise MalformedCredentials()
+        try:
+            secret = parts[1].decode("ascii")
+        except UnicodeDecodeError:
+            raise MalformedCredentials() from None
+        token = self.authenticate_credentials(secret)
+        return token, token
+
+    def authenticate_credentials(self, secret: str) -> ApiToken:
+        if len(secret) > MAX_TOKEN_LENGTH:
+            raise InvalidToken("The token is not valid.")
+        try:
+            token = ApiToken.objects.get(digest=token_digest(secret))
+        except ApiToken.DoesNotExist:
+            raise InvalidToken("The token is not valid.") from None
+        now = timezone.now()
+        status = token.status(now)
+        if status == "revoked":
+            raise InvalidToken("The token has been revoked.")
+        if status == "expired":
+            raise InvalidToken("The token has expired.")
+        if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
+            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+            token.last_used_at = now
+        return token
+
+    def authenticate_header(self, request) -> str:
+        return f'Bearer realm="{self.realm}"'

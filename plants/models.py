@@ -1,0 +1,67 @@
+"""Stored data: plants, and the API tokens that may create them."""
+
+from django.db import models
+from django.utils import timezone
+
+# Length bounds of the contract's strings, in characters. The serializer enforces them,
+# the columns hold them, and the OpenAPI schema publishes them as maxLength.
+PLANT_NAME_MAX_LENGTH = 200
+PLANT_TAG_MAX_LENGTH = 100
+
+
+class Plant(models.Model):
+    """A plant, identified by the id its client chose."""
+
+    id = models.BigIntegerField(primary_key=True)
+    name = models.CharField(max_length=PLANT_NAME_MAX_LENGTH)
+    # NULL means "no tag"; an empty tag is refused by the serializer, so there is one way to say it.
+    tag = models.CharField(max_length=PLANT_TAG_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
+    created_at = models.DateTimeField(default=timezone.now, editable=False, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["tag"], name="plant_tag_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.name} (#{self.id})"
+
+
+class ApiTokenQuerySet(models.QuerySet):
+    def active(self, now=None):
+        now = now or timezone.now()
+        return self.filter(revoked_at__isnull=True).filter(
+            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
+        )
+
+
+class ApiToken(models.Model):
+    """A bearer token. Only the SHA-256 digest of the secret is stored, never the secret."""
+
+    name = models.CharField(max_length=100, db_index=True, help_text="Who or what holds the token.")
+    prefix = models.CharField(max_length=16, help_text="The token's first characters, to recognise it.")
+    digest = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now, editable=False)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "API token"
+
+    # DRF's IsAuthenticated asks request.user this; the token is the API's user.
+    is_authenticated = True
+    is_anonymous = False
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    def status(self, now=None) -> str:
+        now = now or timezone.now()
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= now:
+            return "expired"
+        return "active"

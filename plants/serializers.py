@@ -1,0 +1,75 @@
+"""The wire shapes NewPlant (request) and Plant (response), with every field rule of the contract."""
+
+from rest_framework import serializers
+
+from plants.models import PLANT_NAME_MAX_LENGTH, PLANT_TAG_MAX_LENGTH, Plant
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A JSON integer only: no strings ("42"), floats (4.0), booleans or null."""
+
+    default_error_messages = {"invalid": "Must be a JSON integer."}
+
+    def to_internal_value(self, data):
+        if type(data) is not int:  # bool is a subclass of int: `type` excludes it
+            self.fail("invalid")
+        return data
+
+
+class StrictCharField(serializers.CharField):
+    """A JSON string only, kept as sent (no trimming); never a number, list, object or null.
+
+    DRF's CharField also refuses NUL characters and lone surrogates.
+    """
+
+    default_error_messages = {"invalid": "Must be a JSON string."}
+
+    def __init__(self, **kwargs):
+        super().__init__(trim_whitespace=False, allow_blank=False, min_length=1, **kwargs)
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        if not data.strip():
+            self.fail("blank")
+        return data
+
+
+class NewPlantSerializer(serializers.Serializer):
+    """The create request: `{"id": 1, "name": "Monstera", "tag": "aroid"}`; unknown fields are refused."""
+
+    id = StrictIntegerField(min_value=INT64_MIN, max_value=INT64_MAX, help_text="Identification number of the plant")
+    name = StrictCharField(max_length=PLANT_NAME_MAX_LENGTH, help_text="The name of the plant")
+    tag = StrictCharField(
+        max_length=PLANT_TAG_MAX_LENGTH, required=False, help_text="Tag that specifies the type of the plant"
+    )
+
+    def to_internal_value(self, data):
+        unknown = {
+            key: ["Unknown field; a NewPlant has only id, name and tag."] for key in data if key not in self.fields
+        }
+        try:
+            values = super().to_internal_value(data)
+        except serializers.ValidationError as error:
+            raise serializers.ValidationError({**error.detail, **unknown}) from None
+        if unknown:
+            raise serializers.ValidationError(unknown)
+        return values
+
+
+class PlantSerializer(serializers.ModelSerializer):
+    """The stored plant: `{"id": 1, "name": "Monstera", "tag": "aroid"}`, `tag` only when it has one."""
+
+    class Meta:
+        model = Plant
+        fields = ["id", "name", "tag"]
+        read_only_fields = fields
+
+    def to_representation(self, instance: Plant) -> dict:
+        data = {"id": instance.id, "name": instance.name}
+        if instance.tag is not None:
+            data["tag"] = instance.tag
+        return data

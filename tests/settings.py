@@ -1,0 +1,18 @@
+"""Test settings: the production settings, plus what a test run cannot get from its environment."""
+
+import os
+
+# Tests run with debug off, as production does, so they need a key; never used outside tests.
+os.environ.setdefault("DJANGO_SECRET_KEY", "test-only-secret-key-not-for-any-deployment")
+
+from plantstore_site.settings import *  # noqa: E402, F403
+
+# Tests create many plants quickly with one token; the throttle tests set their own rate.
+PLANTS_THROTTLE_RATE = ""
+# Admin logins in tests need not pay for a slow password hash.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# Tests read the static files from the apps, without running collectstatic first.
+STORAGES = {**STORAGES, "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}  # noqa: F405
+# Serve static files straight from the apps' folders, as runserver does.
+STATIC_ROOT = None
+WHITENOISE_USE_FINDERS = True

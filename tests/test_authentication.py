@@ -1,0 +1,136 @@
+"""Bearer authentication: who gets in, and the 401 answer everyone else gets."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from plants.models import ApiToken, Plant
+from plants.services import token_issue, token_revoke
+
+pytestmark = pytest.mark.django_db
+
+CHALLENGE = 'Bearer realm="plants"'
+INVALID_TOKEN_CHALLENGE = 'Bearer realm="plants", error="invalid_token"'
+NOT_PROVIDED = {"error": 40100, "message": "Authentication credentials were not provided."}
+MALFORMED = {"error": 40102, "message": "The Authorization header must be 'Bearer <token>', with exactly one token."}
+
+
+def post(api_client, authorization=None, body='{"id": 1, "name": "Rose"}'):
+    headers = {"HTTP_AUTHORIZATION": authorization} if authorization is not None else {}
+    return api_client.generic("POST", "/plants", body, content_type="application/json", **headers)
+
+
+def assert_refused(response, body: dict, challenge: str):
+    assert response.status_code == 401
+    assert response["Content-Type"] == "application/json"
+    assert response["WWW-Authenticate"] == challenge
+    assert response.json() == body
+    assert Plant.objects.count() == 0
+
+
+def test_create_without_token_returns_401_with_error_body(api_client):
+    assert_refused(post(api_client), NOT_PROVIDED, CHALLENGE)
+
+
+@pytest.mark.parametrize("authorization", ["Token abc", "Basic dXNlcjpwYXNz", "plnt_abc", ""])
+def test_create_with_other_scheme_returns_401_not_provided(api_client, authorization):
+    assert_refused(post(api_client, authorization), NOT_PROVIDED, CHALLENGE)
+
+
+@pytest.mark.parametrize("authorization", ["Bearer", "Bearer  ", "Bearer one two"])
+def test_bearer_without_exactly_one_token_returns_401_malformed(api_client, authorization):
+    assert_refused(post(api_client, authorization), MALFORMED, CHALLENGE)
+
+
+def test_unknown_token_returns_401_invalid_token(api_client, db):
+    response = post(api_client, "Bearer plnt_not-a-token-we-issued")
+
+    assert_refused(response, {"error": 40101, "message": "The token is not valid."}, INVALID_TOKEN_CHALLENGE)
+
+
+def test_overlong_token_returns_401_invalid_token(api_client, db):
+    response = post(api_client, "Bearer " + "x" * 4000)
+
+    assert_refused(response, {"error": 40101, "message": "The token is not valid."}, INVALID_TOKEN_CHALLENGE)
+
+
+def test_revoked_token_returns_401_on_the_next_request(api_client, token, auth_headers):
+    assert post(api_client, auth_headers["HTTP_AUTHORIZATION"]).status_code == 200
+
+    token_revoke(name="test-client")
+    response = post(api_client, f"Bearer {token}", body='{"id": 2, "name": "Tulip"}')
+
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == INVALID_TOKEN_CHALLENGE
+    assert response.json() == {"error": 40101, "message": "The token has been revoked."}
+    assert list(Plant.objects.values_list("id", flat=True)) == [1]
+
+
+def test_expired_token_returns_401_invalid_token(api_client):
+    api_token, secret = token_issue(name="short-lived", expires_in=timedelta(days=1))
+    ApiToken.objects.filter(pk=api_token.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+
+    response = post(api_client, f"Bearer {secret}")
+
+    assert_refused(response, {"error": 40101, "message": "The token has expired."}, INVALID_TOKEN_CHALLENGE)
+
+
+def test_token_before_its_expiry_is_accepted(api_client):
+    _, secret = token_issue(name="long-lived", expires_in=timedelta(days=1))
+
+    assert post(api_client, f"Bearer {secret}").status_code == 200
+
+
+@pytest.mark.parametrize("scheme", ["bearer", "BEARER", "BeArEr"])
+def test_scheme_name_is_case_insensitive(api_client, token, scheme):
+    response = post(api_client, f"{scheme} {token}")
+
+    assert response.status_code == 200
+
+
+def test_unauthenticated_request_with_broken_body_returns_401_not_400(api_client):
+    response = post(api_client, body="{this is not json")
+
+    assert_refused(response, NOT_PROVIDED, CHALLENGE)
+
+
+def test_unauthenticated_request_with_oversized_body_returns_401(api_client):
+    response = post(api_client, body='{"id": 1, "name": "%s"}' % ("x" * 100_000))
+
+    assert_refused(response, NOT_PROVIDED, CHALLENGE)
+
+
+def test_unauthenticated_get_returns_401_not_405(api_client):
+    response = api_client.get("/plants")
+
+    assert response.status_code == 401
+    assert response.json() == NOT_PROVIDED
+
+
+def test_use_records_last_used_at_at_most_once_a_minute(api_client, issued_token):
+    api_token, secret = issued_token
+    assert api_token.last_used_at is None
+
+    post(api_client, f"Bearer {secret}")
+    first_use = ApiToken.objects.get(pk=api_token.pk).last_used_at
+    post(api_client, f"Bearer {secret}", body='{"id": 2, "name": "Tulip"}')
+    second_use = ApiToken.objects.get(pk=api_token.pk).last_used_at
+
+    assert first_use is not None
+    assert second_use == first_use
+
+    ApiToken.objects.filter(pk=api_token.pk).update(last_used_at=first_use - timedelta(minutes=2))
+    post(api_client, f"Bearer {secret}", body='{"id": 3, "name": "Iris"}')
+
+    assert ApiToken.objects.get(pk=api_token.pk).last_used_at > first_use
+
+
+def test_only_a_digest_of_the_token_is_stored(issued_token):
+    api_token, secret = issued_token
+    row = ApiToken.objects.filter(pk=api_token.pk).values().get()
+
+    assert secret.startswith("plnt_")
+    assert len(secret) >= 48
+    assert not any(secret in str(value) for value in row.values())
+    assert row["prefix"] == secret[:12]

@@ -1,0 +1,131 @@
+"""Every non-2xx answer, from every layer, is a JSON Error body with a code from the catalog."""
+
+import pytest
+from django.db import OperationalError
+from django.test import Client
+
+from plants.models import Plant
+
+pytestmark = pytest.mark.django_db
+
+
+def assert_error(response, status: int, code: int, message: str):
+    assert response.status_code == status
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {"error": code, "message": message}
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            "{",
+            "The body is not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1).",
+        ),
+        ('{"id": 1, "name": "Rose"} trailing', "The body is not valid JSON: Extra data: line 1 column 27 (char 26)."),
+        ('{"id": NaN, "name": "Rose"}', "The body is not valid JSON: NaN is not JSON."),
+        ('{"id": Infinity, "name": "Rose"}', "The body is not valid JSON: Infinity is not JSON."),
+        (b'{"id": 1, "name": "\xff"}', "The body is not valid UTF-8."),
+        ('[{"id": 1, "name": "Rose"}]', "The body must be a JSON object (a NewPlant)."),
+        ('"Rose"', "The body must be a JSON object (a NewPlant)."),
+        ("null", "The body must be a JSON object (a NewPlant)."),
+        ("", "The body is empty; send a NewPlant JSON object."),
+    ],
+    ids=["truncated", "trailing-data", "nan", "infinity", "not-utf8", "array", "string", "null", "empty"],
+)
+def test_malformed_body_returns_400_malformed_body_and_stores_nothing(post_plant, body, message):
+    assert_error(post_plant(body), 400, 40001, message)
+    assert Plant.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("content_type", "shown"),
+    [
+        ("text/plain", "text/plain"),
+        ("application/x-www-form-urlencoded", "application/x-www-form-urlencoded"),
+        ("", "(none)"),
+    ],
+)
+def test_body_not_sent_as_json_returns_415(post_plant, content_type, shown):
+    response = post_plant('{"id": 1, "name": "Rose"}', content_type=content_type)
+
+    assert_error(response, 415, 41500, f'Unsupported media type "{shown}" in request.')
+    assert Plant.objects.count() == 0
+
+
+def test_json_with_charset_parameter_is_accepted(post_plant):
+    response = post_plant({"id": 1, "name": "Rose"}, content_type="application/json; charset=utf-8")
+
+    assert response.status_code == 200
+
+
+def test_body_over_the_cap_returns_413_and_stores_nothing(post_plant, settings):
+    settings.PLANTS_MAX_BODY_BYTES = 4096
+
+    response = post_plant({"id": 1, "name": "x" * 5000})
+
+    assert_error(response, 413, 41300, "The body is larger than 4096 bytes.")
+    assert Plant.objects.count() == 0
+
+
+def test_body_just_under_the_cap_is_parsed(post_plant, settings):
+    settings.PLANTS_MAX_BODY_BYTES = 4096
+    body = '{"id": 1, "name": "Rose", "pad": "%s"}' % ("x" * (4096 - 40))
+
+    response = post_plant(body)
+
+    assert len(body.encode()) <= 4096
+    assert response.status_code == 400  # read and parsed: refused only for the unknown field
+    assert response.json()["error"] == 40002
+
+
+def test_answer_is_json_whatever_accept_says(post_plant):
+    response = post_plant({"id": 1, "name": "Rose"}, HTTP_ACCEPT="text/html")
+
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+
+
+@pytest.mark.parametrize("method", ["get", "put", "patch", "delete"])
+def test_other_method_on_plants_returns_405_with_allow(api_client, auth_headers, method):
+    response = getattr(api_client, method)("/plants", **auth_headers)
+
+    assert_error(response, 405, 40500, f'Method "{method.upper()}" not allowed.')
+    assert response["Allow"] == "POST, OPTIONS"
+
+
+@pytest.mark.parametrize("path", ["/nothing-here", "/plants/", "/plants/1", "/PLANTS"])
+def test_unknown_path_returns_404_error_body(api_client, auth_headers, path):
+    response = api_client.post(path, {"id": 1, "name": "Rose"}, format="json", **auth_headers)
+
+    assert_error(response, 404, 40400, f"No such path: {path}")
+
+
+def test_disallowed_host_returns_400_error_body():
+    response = Client().get("/healthz", HTTP_HOST="evil.example")
+
+    assert_error(response, 400, 40000, "Bad request.")
+
+
+def test_unexpected_exception_returns_500_error_body_and_is_logged(api_client, post_plant, monkeypatch, caplog):
+    def explode(**kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("plants.views.plant_create", explode)
+    api_client.raise_request_exception = False  # answer as a server would, not re-raise into the test
+
+    response = post_plant({"id": 1, "name": "Rose"})
+
+    assert_error(response, 500, 50000, "Internal server error; it has been logged.")
+    assert "boom" in caplog.text
+
+
+def test_database_outage_during_create_returns_503_error_body(post_plant, monkeypatch):
+    def unreachable(**kwargs):
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr("plants.models.Plant.objects.create", unreachable)
+
+    response = post_plant({"id": 1, "name": "Rose"})
+
+    assert_error(response, 503, 50300, "The service cannot reach its database; retry later.")

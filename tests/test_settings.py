@@ -1,0 +1,57 @@
+"""Start-up configuration: a misconfigured deployment refuses to start and says what to set."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def manage_check(**env) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_") and k != "DATABASE_URL"}
+    return subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env={**clean, "DJANGO_SETTINGS_MODULE": "plantstore_site.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_start_without_secret_key_and_debug_off_fails_naming_the_variable():
+    result = manage_check()
+
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is off" in result.stderr
+
+
+def test_start_in_debug_without_secret_key_uses_development_key():
+    result = manage_check(DJANGO_DEBUG="1")
+
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("url", ["mysqlx://nowhere/db", "not a url"])
+def test_start_with_bad_database_url_fails_naming_the_variable(url):
+    result = manage_check(DJANGO_SECRET_KEY="k" * 50, DATABASE_URL=url)
+
+    assert result.returncode != 0
+    assert "DATABASE_URL is not a database URL Django can use" in result.stderr
+
+
+def test_start_with_bad_throttle_rate_fails_naming_the_variable():
+    result = manage_check(DJANGO_SECRET_KEY="k" * 50, PLANTS_THROTTLE_RATE="lots")
+
+    assert result.returncode != 0
+    assert "PLANTS_THROTTLE_RATE must look like 600/minute" in result.stderr
+
+
+def test_start_with_bad_debug_flag_fails_naming_the_variable():
+    result = manage_check(DJANGO_DEBUG="maybe")
+
+    assert result.returncode != 0
+    assert "DJANGO_DEBUG must be a boolean" in result.stderr
