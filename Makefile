@@ -6,7 +6,7 @@ PORT ?= 8000
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help run test lint format test-sqlite test-postgres clean
+.PHONY: help run test lint format test-sqlite test-postgres test-contract clean schema
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -30,7 +30,7 @@ run: $(VENV)/.runtime ## set up .venv, migrate, and serve on 127.0.0.1:$PORT (de
 	@echo
 	DJANGO_DEBUG=1 $(PYTHON) manage.py runserver 127.0.0.1:$(PORT)
 
-test: lint test-sqlite test-postgres ## lint, then the whole suite on SQLite and on a throwaway PostgreSQL
+test: lint test-contract test-sqlite test-postgres ## lint, fuzz the contract, then the suite on SQLite and PostgreSQL
 
 lint: $(VENV)/.dev ## ruff lint and format check, and no model change without a migration
 	$(VENV)/bin/ruff check .
@@ -47,6 +47,12 @@ test-sqlite: $(VENV)/.dev ## the test suite on SQLite (the embedded default)
 test-postgres: $(VENV)/.dev ## the test suite on a throwaway PostgreSQL server (scripts/with-postgres)
 	scripts/with-postgres $(VENV)/bin/pytest $(PYTEST_ARGS)
 
+test-contract: $(VENV)/.dev ## schemathesis against a live gunicorn on a throwaway PostgreSQL, using /openapi.json
+	scripts/with-postgres scripts/contract-test
+
 clean: ## remove the venv, caches, test artefacts and the local SQLite database
 	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts staticfiles db.sqlite3
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+schema: $(VENV)/.dev ## regenerate openapi.yaml from the views and serializers (review the diff)
+	DJANGO_DEBUG=1 $(PYTHON) manage.py spectacular --validate --fail-on-warn --file openapi.yaml

@@ -60,16 +60,33 @@ class NewPlantSerializer(serializers.Serializer):
         return values
 
 
-class PlantSerializer(serializers.ModelSerializer):
+class PlantSerializer(serializers.Serializer):
     """The stored plant: `{"id": 1, "name": "Monstera", "tag": "aroid"}`, `tag` only when it has one."""
 
-    class Meta:
-        model = Plant
-        fields = ["id", "name", "tag"]
-        read_only_fields = fields
+    id = serializers.IntegerField(
+        min_value=INT64_MIN, max_value=INT64_MAX, help_text="Identification number of the plant"
+    )
+    name = serializers.CharField(max_length=PLANT_NAME_MAX_LENGTH, help_text="The name of the plant")
+    tag = serializers.CharField(
+        max_length=PLANT_TAG_MAX_LENGTH, required=False, help_text="Tag that specifies the type of the plant"
+    )
 
     def to_representation(self, instance: Plant) -> dict:
         data = {"id": instance.id, "name": instance.name}
         if instance.tag is not None:
             data["tag"] = instance.tag
         return data
+
+
+class ErrorSerializer(serializers.Serializer):
+    """Every non-2xx answer: `{"error": 40002, "message": "...", "fields": {"id": ["..."]}}`."""
+
+    error = serializers.IntegerField(
+        min_value=-(2**31), max_value=2**31 - 1, help_text="Numeric error value: a code from the catalog"
+    )
+    message = serializers.CharField(help_text="Error message text")
+    fields = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        required=False,
+        help_text="For INVALID_FIELD (40002) only: the messages for each field in error",
+    )

@@ -3,7 +3,7 @@
 import hashlib
 import secrets
 
-TOKEN_PREFIX = "plnt_"  # noqa: S105 - a public marker, not a secret
+TOKEN_PREFIX = "plnt_"
 TOKEN_BYTES = 32
 # Shown in listings so an operator can tell tokens apart; reveals 7 of ~43 random characters.
 DISPLAY_PREFIX_LENGTH = len(TOKEN_PREFIX) + 7

@@ -7,6 +7,7 @@ from rest_framework.exceptions import UnsupportedMediaType
 from rest_framework.response import Response
 
 from plants.exceptions import ErrorCode, MalformedBody, error_response
+from plants.schema import create_plant_schema
 from plants.serializers import NewPlantSerializer, PlantSerializer
 from plants.services import plant_create
 
@@ -16,6 +17,7 @@ class PlantViewSet(mixins.CreateModelMixin, viewsets.GenericViewSet):
 
     serializer_class = NewPlantSerializer
 
+    @create_plant_schema
     def create(self, request, *args, **kwargs):
         serializer = NewPlantSerializer(data=read_json_object(request))
         serializer.is_valid(raise_exception=True)

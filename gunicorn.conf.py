@@ -1,0 +1,27 @@
+"""gunicorn settings for serving plantstore_site.wsgi; each can be overridden from the environment."""
+
+import multiprocessing
+import os
+
+bind = os.environ.get("GUNICORN_BIND", f"127.0.0.1:{os.environ.get('PORT', '8000')}")
+# The work is a short database round trip: a few sync-ish threads per process hide its latency.
+workers = int(os.environ.get("GUNICORN_WORKERS", multiprocessing.cpu_count() * 2 + 1))
+threads = int(os.environ.get("GUNICORN_THREADS", 2))
+worker_class = "gthread"
+timeout = int(os.environ.get("GUNICORN_TIMEOUT", 30))
+graceful_timeout = 30
+keepalive = 5
+# Recycle workers now and then so a slow leak can never grow without bound.
+max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", 20000))
+max_requests_jitter = 2000
+# One line per request from the server itself (never a header or a body), beside the app's log.
+accesslog = os.environ.get("GUNICORN_ACCESS_LOG", "-")
+access_log_format = '%(h)s "%(m)s %(U)s" %(s)s %(B)s %(M)sms rid=%({x-request-id}o)s'
+errorlog = "-"
+loglevel = os.environ.get("GUNICORN_LOG_LEVEL", "info")
+forwarded_allow_ips = os.environ.get("GUNICORN_FORWARDED_ALLOW_IPS", "127.0.0.1")
+# No control socket: it defaults to one path in $HOME, which several servers on a host would share.
+control_socket_disable = True
+# Limits on the request line and headers; the body cap is the app's (PLANTS_MAX_BODY_BYTES).
+limit_request_line = 4094
+limit_request_fields = 50

@@ -1,0 +1,104 @@
+"""The published OpenAPI schema: the bearer scheme, the documented answers, and final touches."""
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.plumbing import build_bearer_security_scheme_object
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+
+from plants.exceptions import ERROR_CODE_DESCRIPTIONS, ErrorCode
+from plants.serializers import ErrorSerializer, NewPlantSerializer, PlantSerializer
+
+# A name with at least one character that is not white space, and no NUL: what the serializer accepts.
+NON_BLANK_PATTERN = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "plants.authentication.BearerTokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema):
+        scheme = build_bearer_security_scheme_object(header_name="Authorization", token_prefix="Bearer")
+        scheme["description"] = "A token from `manage.py token issue NAME`: `Authorization: Bearer plnt_…`."
+        return scheme
+
+
+def _catalog(*codes: ErrorCode) -> str:
+    return "\n".join(f"- `{int(code)}` {code.name}: {ERROR_CODE_DESCRIPTIONS[code]}" for code in codes)
+
+
+def _error(summary: str, *codes: ErrorCode) -> OpenApiResponse:
+    return OpenApiResponse(ErrorSerializer, description=f"{summary}\n\nError codes:\n{_catalog(*codes)}")
+
+
+create_plant_schema = extend_schema(
+    operation_id="createPlant",
+    summary="Create plant",
+    description=(
+        "Creates a new plant in the store. The id is the client's. Sending the same id, name and tag "
+        "again (a retry) answers 200 with the stored plant; the same id with another name or tag is "
+        "a 400 DUPLICATE_ID."
+    ),
+    request=NewPlantSerializer,
+    parameters=[
+        OpenApiParameter(
+            "X-Request-ID",
+            OpenApiTypes.STR,
+            OpenApiParameter.HEADER,
+            response=True,
+            description=(
+                "The request's id, for support and logs: the client's own X-Request-ID when it sent one of "
+                "1-128 characters A-Z a-z 0-9 . _ : - , else one the service made."
+            ),
+        ),
+        OpenApiParameter(
+            "Retry-After",
+            OpenApiTypes.INT,
+            OpenApiParameter.HEADER,
+            response=[429],
+            description="Seconds until the token's rate limit allows another request.",
+        ),
+        OpenApiParameter(
+            "WWW-Authenticate",
+            OpenApiTypes.STR,
+            OpenApiParameter.HEADER,
+            response=[401],
+            description='`Bearer realm="plants"`, with `error="invalid_token"` when the token was refused.',
+        ),
+    ],
+    responses={
+        200: OpenApiResponse(PlantSerializer, description="Plant response (plant created, or a retry of its create)"),
+        400: _error(
+            "Unexpected error: the body is not a valid NewPlant, or the id is taken.",
+            ErrorCode.MALFORMED_BODY,
+            ErrorCode.INVALID_FIELD,
+            ErrorCode.DUPLICATE_ID,
+        ),
+        401: _error(
+            "No valid bearer token.",
+            ErrorCode.UNAUTHENTICATED,
+            ErrorCode.INVALID_TOKEN,
+            ErrorCode.MALFORMED_CREDENTIALS,
+        ),
+        413: _error("The body is too large.", ErrorCode.BODY_TOO_LARGE),
+        415: _error("The body is not application/json.", ErrorCode.UNSUPPORTED_MEDIA_TYPE),
+        429: _error("Too many requests with this token.", ErrorCode.THROTTLED),
+        500: _error("An unexpected error in the service.", ErrorCode.INTERNAL_ERROR),
+        503: _error("The database cannot be reached.", ErrorCode.SERVICE_UNAVAILABLE),
+    },
+)
+
+
+def finalize_schema(result, generator, request, public):
+    """drf-spectacular post-processing hook: the rules a serializer cannot express itself."""
+    schemas = result["components"]["schemas"]
+    schemas["Error"]["properties"]["error"]["format"] = "int32"
+    schemas["NewPlant"]["additionalProperties"] = False
+    for field in ("name", "tag"):
+        schemas["NewPlant"]["properties"][field]["pattern"] = NON_BLANK_PATTERN
+    result["info"]["description"] += "\n\n## Error codes\n\n" + _catalog(*ErrorCode)
+    # The contract applies bearerAuth to the whole interface: say it once, at the top level.
+    result["security"] = [{"bearerAuth": []}]
+    for operations in result["paths"].values():
+        for operation in operations.values():
+            operation.pop("security", None)
+    return result

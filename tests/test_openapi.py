@@ -1,0 +1,107 @@
+"""The published contract: /openapi.json and /openapi.yaml match the committed openapi.yaml and the interface."""
+
+import re
+from io import StringIO
+from pathlib import Path
+
+import pytest
+import yaml
+from django.core.management import call_command
+from django.test import Client
+from openapi_spec_validator import validate
+
+pytestmark = pytest.mark.django_db
+
+COMMITTED_SCHEMA = Path(__file__).resolve().parent.parent / "openapi.yaml"
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict:
+    return yaml.safe_load(COMMITTED_SCHEMA.read_text())
+
+
+def generated_schema_text() -> str:
+    out = StringIO()
+    call_command("spectacular", "--validate", "--fail-on-warn", stdout=out)
+    return out.getvalue()
+
+
+def test_committed_schema_is_what_the_code_generates():
+    assert generated_schema_text() == COMMITTED_SCHEMA.read_text(), "run `make schema` and review the diff"
+
+
+def test_committed_schema_is_valid_openapi_3(schema):
+    validate(schema)
+
+
+def test_schema_json_is_served_without_authentication(schema):
+    response = Client().get("/openapi.json")
+
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("application/vnd.oai.openapi+json")
+    assert response.json() == schema
+
+
+def test_schema_is_served_even_with_a_bad_token():
+    response = Client().get("/openapi.yaml", HTTP_AUTHORIZATION="Bearer nonsense")
+
+    assert response.status_code == 200
+    assert yaml.safe_load(response.content)["info"]["title"] == "Plant Store"
+
+
+def test_schema_declares_the_interface_info_and_bearer_security(schema):
+    assert schema["info"]["title"] == "Plant Store"
+    assert schema["info"]["version"] == "1.0.0"
+    assert schema["info"]["license"]["name"] == "MIT"
+    bearer = schema["components"]["securitySchemes"]["bearerAuth"]
+    assert (bearer["type"], bearer["scheme"]) == ("http", "bearer")
+    assert schema["security"] == [{"bearerAuth": []}]
+    assert list(schema["paths"]) == ["/plants"]
+    assert list(schema["paths"]["/plants"]) == ["post"]
+
+
+def test_schema_components_match_the_interface_shapes(schema):
+    components = schema["components"]["schemas"]
+    new_plant, plant, error = components["NewPlant"], components["Plant"], components["Error"]
+
+    assert new_plant["required"] == ["id", "name"]
+    assert new_plant["properties"]["id"]["format"] == "int64"
+    assert new_plant["additionalProperties"] is False
+    assert (new_plant["properties"]["name"]["minLength"], new_plant["properties"]["name"]["maxLength"]) == (1, 200)
+    assert (new_plant["properties"]["tag"]["minLength"], new_plant["properties"]["tag"]["maxLength"]) == (1, 100)
+    assert plant["required"] == ["id", "name"]
+    assert set(plant["properties"]) == {"id", "name", "tag"}
+    assert "nullable" not in plant["properties"]["tag"]
+    assert error["required"] == ["error", "message"]
+    assert (error["properties"]["error"]["type"], error["properties"]["error"]["format"]) == ("integer", "int32")
+
+
+def test_create_operation_documents_every_status_it_answers(schema):
+    operation = schema["paths"]["/plants"]["post"]
+
+    assert operation["requestBody"]["required"] is True
+    assert operation["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/NewPlant"
+    }
+    responses = operation["responses"]
+    assert sorted(responses) == ["200", "400", "401", "413", "415", "429", "500", "503"]
+    assert responses["200"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Plant"}
+    for status in ["400", "401", "413", "415", "429", "500", "503"]:
+        assert responses[status]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}
+    assert "40003" in responses["400"]["description"]
+    assert "Retry-After" in responses["429"]["headers"]
+
+
+def test_docs_page_renders_with_assets_served_by_the_service():
+    client = Client()
+
+    response = client.get("/docs")
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assets = re.findall(r'(?:src|href)="([^"]+)"', page)
+    assert assets, page
+    assert not [url for url in assets if url.startswith(("http:", "https:", "//"))]
+    for url in assets:
+        assert client.get(url).status_code == 200, url
+    assert "/openapi.json" in page
