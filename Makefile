@@ -6,7 +6,7 @@ PORT ?= 8000
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help run test lint format test-sqlite test-postgres test-contract clean schema
+.PHONY: help run serve test lint format test-sqlite test-postgres test-contract clean schema
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -29,6 +29,11 @@ run: $(VENV)/.runtime ## set up .venv, migrate, and serve on 127.0.0.1:$PORT (de
 	@echo "          -d '{\"id\": 1, \"name\": \"Monstera\"}' http://127.0.0.1:$(PORT)/plants"
 	@echo
 	DJANGO_DEBUG=1 $(PYTHON) manage.py runserver 127.0.0.1:$(PORT)
+
+serve: $(VENV)/.runtime ## production path: migrate, collectstatic, gunicorn (needs DJANGO_SECRET_KEY; DATABASE_URL)
+	$(PYTHON) manage.py migrate --no-input
+	$(PYTHON) manage.py collectstatic --no-input -v 0
+	$(VENV)/bin/gunicorn -c gunicorn.conf.py plantstore_site.wsgi
 
 test: lint test-contract test-sqlite test-postgres ## lint, fuzz the contract, then the suite on SQLite and PostgreSQL
 

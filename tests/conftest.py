@@ -3,9 +3,11 @@
 import json
 
 import pytest
+from django.db import connection
 from rest_framework.test import APIClient
 
 from plants.services import token_issue
+from tests.live import LiveGunicorn, LiveRedis, database_url
 
 
 @pytest.fixture
@@ -39,3 +41,27 @@ def post_plant(api_client, auth_headers):
         return api_client.generic("POST", "/plants", body, content_type=content_type, **{**auth_headers, **headers})
 
     return post
+
+
+@pytest.fixture
+def gunicorn(transactional_db, tmp_path):
+    """Start gunicorn servers on the test database: `server = gunicorn(**environment)`."""
+    if connection.vendor != "postgresql":
+        pytest.skip("gunicorn shares the test database only on PostgreSQL (SQLite's is in memory)")
+    servers = []
+
+    def start(**env) -> LiveGunicorn:
+        server = LiveGunicorn(tmp_path, DATABASE_URL=database_url(connection.settings_dict), **env)
+        servers.append(server)
+        return server.start()
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def redis_server():
+    server = LiveRedis().start()
+    yield server
+    server.stop()

@@ -10,10 +10,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def manage_check(**env) -> subprocess.CompletedProcess:
+def manage_check(*args, **env) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_") and k != "DATABASE_URL"}
     return subprocess.run(
-        [sys.executable, "manage.py", "check"],
+        [sys.executable, "manage.py", "check", *args],
         cwd=ROOT,
         env={**clean, "DJANGO_SETTINGS_MODULE": "plantstore_site.settings", **env},
         capture_output=True,
@@ -55,3 +55,24 @@ def test_start_with_bad_debug_flag_fails_naming_the_variable():
 
     assert result.returncode != 0
     assert "DJANGO_DEBUG must be a boolean" in result.stderr
+
+
+def test_deploy_check_passes_with_the_documented_production_settings():
+    production = {
+        "DJANGO_SECRET_KEY": "a-long-random-production-key-0123456789-abcdefghijklmnopqrstuvwxyz",
+        "DJANGO_ALLOWED_HOSTS": "plants.example.com",
+        "DJANGO_SECURE_SSL_REDIRECT": "1",
+        "DJANGO_SECURE_PROXY_SSL_HEADER": "HTTP_X_FORWARDED_PROTO",
+        "DJANGO_SECURE_HSTS_PRELOAD": "1",
+    }
+
+    result = manage_check("--deploy", "--fail-level", "WARNING", **production)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "System check identified no issues (0 silenced)."
+
+
+def test_deploy_check_flags_a_missing_ssl_redirect():
+    result = manage_check("--deploy", DJANGO_SECRET_KEY="a-long-random-production-key-0123456789-abcdefghijklmnop")
+
+    assert "security.W008" in result.stderr + result.stdout

@@ -1,0 +1,142 @@
+"""Live servers for tests that need real processes: gunicorn on the test database, redis-server."""
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from urllib.parse import quote
+
+ROOT = Path(__file__).resolve().parent.parent
+GUNICORN = Path(sys.executable).parent / "gunicorn"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def database_url(settings_dict: dict) -> str:
+    """The URL of the database Django's test run is using (PostgreSQL only)."""
+    user = quote(settings_dict["USER"] or "")
+    password = f":{quote(settings_dict['PASSWORD'])}" if settings_dict["PASSWORD"] else ""
+    host = quote(settings_dict["HOST"] or "", safe="")
+    port = f":{settings_dict['PORT']}" if settings_dict["PORT"] else ""
+    return f"postgres://{user}{password}@{host}{port}/{settings_dict['NAME']}"
+
+
+def request(url: str, body=None, token: str | None = None, method: str | None = None, timeout: float = 10):
+    """(status, headers, text) of one request; status None when the connection failed."""
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as response:
+            return response.status, response.headers, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers, error.read().decode()
+    except (OSError, urllib.error.URLError, http.client.HTTPException):
+        return None, None, ""
+
+
+class LiveGunicorn:
+    """gunicorn serving plantstore_site.wsgi with debug off, as in production."""
+
+    def __init__(self, log_dir: Path, workers: int = 2, threads: int = 4, **env: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_dir / f"gunicorn-{self.port}.log"
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "plantstore_site.settings",
+            "DJANGO_DEBUG": "0",
+            "DJANGO_SECRET_KEY": "live-test-secret-key-" + "x" * 40,
+            "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
+            "PLANTS_THROTTLE_RATE": "",
+            "GUNICORN_BIND": f"127.0.0.1:{self.port}",
+            "GUNICORN_WORKERS": str(workers),
+            "GUNICORN_THREADS": str(threads),
+            **env,
+        }
+        self.process: subprocess.Popen | None = None
+
+    def start(self, expect_health: int = 200) -> "LiveGunicorn":
+        log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            [str(GUNICORN), "-c", "gunicorn.conf.py", "plantstore_site.wsgi"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.wait_until_healthy(expected=expect_health)
+        return self
+
+    def wait_until_healthy(self, timeout: float = 30, expected: int = 200) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"gunicorn exited: {self.log()}")
+            if request(f"{self.url}/healthz", timeout=2)[0] == expected:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"gunicorn's /healthz did not answer {expected}: {self.log()}")
+
+    def worker_pids(self) -> list[int]:
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text()
+        return [int(pid) for pid in children.split()]
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+class LiveRedis:
+    """A throwaway redis-server on a loopback port, keeping nothing on disk."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "LiveRedis":
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed (Debian package redis-server)")
+        self.process = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as conn:
+                    conn.sendall(b"PING\r\n")
+                    if conn.recv(16).startswith(b"+PONG"):
+                        return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def stop(self) -> None:
+        if self.process:
+            self.process.terminate()
+            self.process.wait(timeout=10)

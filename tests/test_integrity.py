@@ -1,0 +1,150 @@
+"""No data lost under faults, through a live gunicorn on PostgreSQL: races, killed workers, restarts."""
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from threading import Barrier
+
+import pytest
+from django.db import connection
+
+from plants.models import Plant
+from tests.live import request
+
+RACERS = 24
+DUPLICATE_77 = '{"error":40003,"message":"A plant with id 77 already exists with a different name or tag."}'
+
+
+def race(url: str, token: str, bodies: list[dict]) -> list[tuple]:
+    start = Barrier(len(bodies))
+
+    def post(body):
+        start.wait()
+        status, _, text = request(url, body, token, timeout=30)
+        return status, text
+
+    with ThreadPoolExecutor(max_workers=len(bodies)) as pool:
+        return list(pool.map(post, bodies))
+
+
+def test_race_of_creates_of_one_id_gives_one_200_and_clean_400s(gunicorn, token):
+    server = gunicorn(GUNICORN_WORKERS="3", GUNICORN_THREADS="8")
+    bodies = [{"id": 77, "name": f"racer-{n}"} for n in range(RACERS)]
+
+    results = race(f"{server.url}/plants", token, bodies)
+
+    winners = [text for status, text in results if status == 200]
+    assert len(winners) == 1
+    assert sorted(results) == sorted([(200, winners[0])] + [(400, DUPLICATE_77)] * (RACERS - 1))
+    stored = Plant.objects.get()
+    assert winners[0] == f'{{"id":77,"name":"{stored.name}"}}'
+
+
+def test_identical_concurrent_retries_all_get_200_and_store_one_plant(gunicorn, token):
+    server = gunicorn(GUNICORN_WORKERS="3", GUNICORN_THREADS="8")
+
+    results = race(f"{server.url}/plants", token, [{"id": 78, "name": "Retry", "tag": "same"}] * RACERS)
+
+    assert results == [(200, '{"id":78,"name":"Retry","tag":"same"}')] * RACERS
+    assert list(Plant.objects.values_list("id", "name", "tag")) == [(78, "Retry", "same")]
+
+
+class Load:
+    """Clients creating unique plants until stopped; remembers every answer."""
+
+    def __init__(self, url: str, token: str, clients: int = 6, limit: int = 100_000):
+        self.url, self.token, self.limit = url, token, limit
+        self.answers: list[tuple[int, int | None, str, str]] = []  # (id, status, content type, text)
+        self.stopped = threading.Event()
+        self.lock = threading.Lock()
+        self.next_id = 0
+        self.threads = [threading.Thread(target=self.run) for _ in range(clients)]
+
+    def take_id(self) -> int | None:
+        with self.lock:
+            self.next_id += 1
+            return self.next_id if self.next_id <= self.limit else None
+
+    def run(self):
+        while not self.stopped.is_set() and (plant_id := self.take_id()) is not None:
+            status, headers, text = request(self.url, {"id": plant_id, "name": f"load-{plant_id}"}, self.token)
+            content_type = headers.get("Content-Type", "") if headers else ""
+            with self.lock:
+                self.answers.append((plant_id, status, content_type, text))
+
+    def __enter__(self):
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stopped.set()
+        for thread in self.threads:
+            thread.join(timeout=60)
+
+    def wait_for(self, count: int, timeout: float = 60):
+        deadline = time.monotonic() + timeout
+        while len(self.answers) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def ids_with(self, status) -> set[int]:
+        return {plant_id for plant_id, answer_status, _, _ in self.answers if answer_status == status}
+
+
+def assert_every_answer_is_json(load: Load):
+    answered = [answer for answer in load.answers if answer[1] is not None]
+    assert answered
+    assert {content_type for _, _, content_type, _ in answered} == {"application/json"}
+
+
+def test_every_plant_answered_200_is_stored_when_a_worker_is_killed(gunicorn, token):
+    server = gunicorn(GUNICORN_WORKERS="2", GUNICORN_THREADS="4")
+
+    with Load(f"{server.url}/plants", token, limit=3000) as load:
+        load.wait_for(1000)
+        os.kill(server.worker_pids()[0], signal.SIGKILL)
+        for thread in load.threads:
+            thread.join(timeout=120)
+
+    created = load.ids_with(200)
+    stored = set(Plant.objects.values_list("id", flat=True))
+    assert created <= stored
+    assert len(created) >= 2900  # only requests in flight in the killed worker may have failed
+    assert_every_answer_is_json(load)
+
+
+def pg_ctl(*args: str) -> None:
+    command = [f"{os.environ['PLANTSTORE_PG_BIN']}/pg_ctl", "-D", os.environ["PLANTSTORE_PGDATA"], *args]
+    if os.getuid() == 0:
+        command = ["runuser", "-u", "postgres", "--", *command]
+    subprocess.run(command, check=True, capture_output=True, timeout=60)
+
+
+@pytest.mark.skipif("PLANTSTORE_PGDATA" not in os.environ, reason="needs the server of scripts/with-postgres")
+def test_service_answers_json_during_a_postgres_restart_and_recovers(gunicorn, token):
+    server = gunicorn(GUNICORN_WORKERS="2", GUNICORN_THREADS="4")
+
+    with Load(f"{server.url}/plants", token) as load:
+        load.wait_for(300)
+        pg_ctl("stop", "-m", "fast", "-w")
+        connection.close()  # this test process's own connection died with the server
+        down = len(load.answers)
+        time.sleep(1)
+        health_down = request(f"{server.url}/healthz")
+        pg_ctl("start", "-w", "-l", os.path.join(os.environ["PLANTSTORE_PGDATA"], "restart.log"))
+        served_during_outage = load.answers[down:]
+        time.sleep(1)
+        recovered_from = len(load.answers)
+        load.wait_for(recovered_from + 200, timeout=30)
+
+    assert health_down[0] == 503
+    assert health_down[2] == '{"error": 50300, "message": "The database does not answer."}'
+    outage_statuses = {status for _, status, _, _ in served_during_outage}
+    assert outage_statuses & {500, 503}, "the load never met the outage"
+    assert outage_statuses <= {200, 500, 503, None}
+    assert {status for _, status, _, _ in load.answers[recovered_from:]} == {200}
+    assert_every_answer_is_json(load)
+    assert load.ids_with(200) <= set(Plant.objects.values_list("id", flat=True))

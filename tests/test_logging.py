@@ -1,0 +1,39 @@
+"""The request log: one JSON line per request, with a request id, never a token or a body."""
+
+import json
+import logging
+
+import pytest
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def request_log(caplog):
+    logger = logging.getLogger("plants.requests")  # does not propagate: listen to it directly
+    logger.addHandler(caplog.handler)
+    yield caplog
+    logger.removeHandler(caplog.handler)
+
+
+def test_each_request_logs_one_json_line_with_token_name_and_request_id(request_log, post_plant, token):
+    response = post_plant({"id": 1, "name": "Secret Garden Rose"}, HTTP_X_REQUEST_ID="req-42")
+
+    lines = [record.getMessage() for record in request_log.records if record.name == "plants.requests"]
+    assert len(lines) == 1
+    entry = json.loads(lines[0])
+    assert entry.pop("duration_ms") >= 0
+    assert entry == {"method": "POST", "path": "/plants", "status": 200, "token": "test-client", "request_id": "req-42"}
+    assert response["X-Request-ID"] == "req-42"
+    assert token not in request_log.text
+    assert "Secret Garden Rose" not in request_log.text
+
+
+def test_refused_token_is_never_logged(request_log, api_client):
+    secret = "plnt_this-is-a-guessed-token-value"
+
+    api_client.post("/plants", {"id": 1, "name": "Rose"}, format="json", HTTP_AUTHORIZATION=f"Bearer {secret}")
+
+    entry = json.loads(request_log.records[-1].getMessage())
+    assert (entry["status"], entry["token"]) == (401, None)
+    assert secret not in request_log.text
