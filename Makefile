@@ -6,7 +6,7 @@ PORT ?= 8000
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help run serve test lint format test-sqlite test-postgres test-contract clean schema
+.PHONY: help run serve bench test lint format test-sqlite test-postgres test-contract clean schema
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -54,6 +54,11 @@ test-postgres: $(VENV)/.dev ## the test suite on a throwaway PostgreSQL server (
 
 test-contract: $(VENV)/.dev ## schemathesis against a live gunicorn on a throwaway PostgreSQL, using /openapi.json
 	scripts/with-postgres scripts/contract-test
+
+bench: $(VENV)/.dev ## benchmark POST /plants against a bare Django view (wrk, PostgreSQL); writes BENCHMARKS.md
+	@command -v wrk >/dev/null || { echo "make bench needs wrk (Debian package wrk)"; exit 1; }
+	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
+		scripts/with-postgres $(PYTHON) -m bench.run
 
 clean: ## remove the venv, caches, test artefacts and the local SQLite database
 	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts staticfiles db.sqlite3

@@ -42,10 +42,9 @@ class BearerTokenAuthentication(BaseAuthentication):
     def authenticate_credentials(self, secret: str) -> ApiToken:
         if len(secret) > MAX_TOKEN_LENGTH:
             raise InvalidToken("The token is not valid.")
-        try:
-            token = ApiToken.objects.get(digest=token_digest(secret))
-        except ApiToken.DoesNotExist:
-            raise InvalidToken("The token is not valid.") from None
+        token = ApiToken.objects.by_digest(token_digest(secret))
+        if token is None:
+            raise InvalidToken("The token is not valid.")
         now = timezone.now()
         status = token.status(now)
         if status == "revoked":

@@ -1,6 +1,8 @@
 """Stored data: plants, and the API tokens that may create them."""
 
-from django.db import models
+from functools import cache
+
+from django.db import connections, models
 from django.utils import timezone
 
 # Length bounds of the contract's strings, in characters. The serializer enforces them,
@@ -27,6 +29,27 @@ class Plant(models.Model):
 
 
 class ApiTokenQuerySet(models.QuerySet):
+    def by_digest(self, digest: str) -> "ApiToken | None":
+        """The token with this digest, or None, in one SELECT whose SQL is built only once.
+
+        Every API request looks its token up, and building the query through the ORM each
+        time cost more than the database round trip (profiled for BENCHMARKS.md). The SQL and
+        the column types are the ORM's own, compiled once per database, so they follow the model.
+        """
+        connection = connections[self.db]
+        sql, columns = _select_by_digest(self.db)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [digest])
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        values = []
+        for value, column in zip(row, columns, strict=True):
+            for convert in connection.ops.get_db_converters(column) + column.get_db_converters(connection):
+                value = convert(value, column, connection)  # e.g. SQLite's naive datetimes made aware
+            values.append(value)
+        return self.model.from_db(self.db, [column.target.attname for column in columns], values)
+
     def active(self, now=None):
         now = now or timezone.now()
         return self.filter(revoked_at__isnull=True).filter(
@@ -65,3 +88,11 @@ class ApiToken(models.Model):
         if self.expires_at is not None and self.expires_at <= now:
             return "expired"
         return "active"
+
+
+@cache
+def _select_by_digest(alias: str) -> tuple[str, list]:
+    compiler = ApiToken.objects.filter(digest="").order_by().query.get_compiler(alias)
+    sql, params = compiler.as_sql()
+    assert params == ("",), params
+    return sql, [column for column, _, _ in compiler.select]

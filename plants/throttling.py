@@ -33,12 +33,13 @@ class TokenRateThrottle(BaseThrottle):
         window = int(now // period)
         key = f"throttle:token:{request.auth.pk}:{window}"
         self.retry_after = (window + 1) * period - now
-        if cache.add(key, 1, timeout=period + 1):
-            return True
         try:
-            return cache.incr(key) <= limit
-        except ValueError:  # the window's key expired between add and incr: a new window
-            return True
+            count = cache.incr(key)  # the common case: one cache operation
+        except ValueError:  # the first request of this window
+            if cache.add(key, 1, timeout=period + 1):
+                return True
+            count = cache.incr(key)  # another request created the key meanwhile
+        return count <= limit
 
     def wait(self) -> float:
         return self.retry_after

@@ -102,6 +102,9 @@ try:
             conn_health_checks=True,
         )
     }
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        # The same backend, but its per-request connection health check costs no query.
+        DATABASES["default"]["ENGINE"] = "plants.postgresql"
 except ValueError as error:
     raise ImproperlyConfigured(
         f"DATABASE_URL is not a database URL Django can use ({error}); "

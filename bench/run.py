@@ -1,0 +1,220 @@
+"""`make bench`: load POST /plants and the bare baseline view in one gunicorn, and report.
+
+Run under scripts/with-postgres (DATABASE_URL set, pg_stat_statements loaded). Rounds alternate
+the service and the bare view so both meet the same machine state; the figures and the machine's
+description are printed and written to BENCHMARKS.md.
+"""
+
+import json
+import os
+import platform
+import secrets
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", 3))
+SECONDS = int(os.environ.get("BENCH_SECONDS", 10))
+CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", 16))
+WRK_THREADS = 2
+TARGETS = {"service": "/plants", "bare": "/bench/bare-plants"}
+
+
+def manage(*args: str, env: dict) -> str:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True
+    ).stdout
+
+
+def psql(sql: str) -> str:
+    code = (
+        "import django, sys; django.setup(); from django.db import connection\n"
+        "with connection.cursor() as c:\n"
+        "    c.execute(sys.argv[1]); print(c.fetchone()[0] if c.description else '')"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, sql], cwd=ROOT, env=ENV, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+ENV = {
+    **os.environ,
+    "DJANGO_SETTINGS_MODULE": "bench.settings",
+    "DJANGO_DEBUG": "0",
+    "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
+    "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
+    # Throttling stays on, at a rate the load never reaches, so its cost is measured.
+    "PLANTS_THROTTLE_RATE": "100000000/second",
+    "GUNICORN_ACCESS_LOG": "/dev/null",
+}
+
+
+def start_server(port: int, log: Path) -> subprocess.Popen:
+    # The request log stays on, as in production; it goes to a file, as it would to journald.
+    server = subprocess.Popen(
+        [str(VENV_BIN / "gunicorn"), "-c", "gunicorn.conf.py", "bench.wsgi"],
+        cwd=ROOT,
+        env={**ENV, "GUNICORN_BIND": f"127.0.0.1:{port}", "GUNICORN_LOG_LEVEL": "warning"},
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
+            return server
+        except OSError:
+            time.sleep(0.1)
+    server.kill()
+    raise SystemExit("bench: gunicorn did not start")
+
+
+def worker_peak_rss_mib(server: subprocess.Popen) -> float:
+    children = Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()
+    peaks = []
+    for pid in children:
+        status = Path(f"/proc/{pid}/status").read_text()
+        peaks.append(int(next(line for line in status.splitlines() if line.startswith("VmHWM")).split()[1]))
+    return max(peaks) / 1024
+
+
+def wrk(url: str, token: str, id_base: int, seconds: int) -> dict:
+    result = subprocess.run(
+        ["wrk", f"-t{WRK_THREADS}", f"-c{CONNECTIONS}", f"-d{seconds}s", "-s", "bench/create.lua", url],
+        cwd=ROOT,
+        env={**os.environ, "BENCH_TOKEN": token, "BENCH_ID_BASE": str(id_base)},
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    figures["rps"] = figures["requests"] / (figures["duration_us"] / 1e6)
+    return figures
+
+
+def statements_since_reset() -> int:
+    return int(
+        psql(
+            "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
+            "WHERE d.datname = current_database() AND s.query NOT ILIKE '%pg_stat_statements%'"
+        )
+    )
+
+
+def machine() -> str:
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if "model name" in line
+        ),
+        platform.processor(),
+    )
+    memory_kib = int(Path("/proc/meminfo").read_text().split()[1])
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {memory_kib / 1024 / 1024:.0f} GiB, Linux {platform.release()}, "
+        f"Python {platform.python_version()}, PostgreSQL {psql('SHOW server_version')}"
+    )
+
+
+def main() -> None:
+    if "DATABASE_URL" not in os.environ:
+        raise SystemExit("bench: run under scripts/with-postgres (make bench)")
+    manage("migrate", "--no-input", env=ENV)
+    psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    token = manage("token", "issue", "bench", env=ENV).strip()
+    port = int(os.environ.get("BENCH_PORT", 8765))
+    server = start_server(port, Path(os.environ.get("TMPDIR", "/tmp")) / f"plantstore-bench-{port}.log")
+    rounds = {name: [] for name in TARGETS}
+    try:
+        id_base = 0
+        for path in TARGETS.values():  # warm-up: imports, connections, caches
+            wrk(f"http://127.0.0.1:{port}{path}", token, id_base := id_base + 10**15, 3)
+        for round_number in range(ROUNDS):
+            for name, path in TARGETS.items():
+                psql("SELECT pg_stat_statements_reset()")
+                figures = wrk(f"http://127.0.0.1:{port}{path}", token, id_base := id_base + 10**15, SECONDS)
+                figures["statements"] = statements_since_reset()
+                rounds[name].append(figures)
+                print(f"round {round_number + 1} {name:8} {figures['rps']:8.0f} req/s", flush=True)
+        peak_rss = worker_peak_rss_mib(server)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    report(rounds, peak_rss)
+
+
+def summarize(figures: list[dict]) -> dict:
+    requests = sum(f["requests"] for f in figures)
+    return {
+        "rps": statistics.median(f["rps"] for f in figures),
+        "p50_ms": statistics.median(f["p50_us"] for f in figures) / 1000,
+        "p99_ms": statistics.median(f["p99_us"] for f in figures) / 1000,
+        "non_2xx": sum(f["non_2xx"] for f in figures),
+        "socket_errors": sum(f["socket_errors"] for f in figures),
+        "statements": sum(f["statements"] for f in figures) / requests,
+    }
+
+
+def report(rounds: dict, peak_rss: float) -> None:
+    service, bare = summarize(rounds["service"]), summarize(rounds["bare"])
+    ratio = service["rps"] / bare["rps"]
+    rows = [
+        "| | service `POST /plants` | bare view |",
+        "|---|---|---|",
+        f"| requests/s (median of {ROUNDS} rounds) | {service['rps']:.0f} | {bare['rps']:.0f} |",
+        f"| latency p50 | {service['p50_ms']:.2f} ms | {bare['p50_ms']:.2f} ms |",
+        f"| latency p99 | {service['p99_ms']:.2f} ms | {bare['p99_ms']:.2f} ms |",
+        f"| non-2xx answers | {service['non_2xx']} | {bare['non_2xx']} |",
+        f"| socket errors | {service['socket_errors']} | {bare['socket_errors']} |",
+        f"| SQL statements per create | {service['statements']:.2f} | {bare['statements']:.2f} |",
+    ]
+    summary = [
+        f"**Throughput ratio service / bare: {ratio:.2f}** (target ≥ 0.70).",
+        f"**SQL statements per authenticated create: {service['statements']:.2f}** (target ≤ 2: the token lookup "
+        "and the INSERT), counted by PostgreSQL's pg_stat_statements, transaction statements included.",
+        f"Peak memory (VmHWM) of the largest gunicorn worker: {peak_rss:.0f} MiB.",
+    ]
+    print("\n".join(rows + [""] + summary))
+    gunicorn_setup = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import runpy; c = runpy.run_path('gunicorn.conf.py'); print(c['workers'], c['threads'])",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    document = [
+        "# Benchmarks",
+        "",
+        "Written by `make bench` (`bench/run.py`); rerun it to refresh this file.",
+        "",
+        f"- When: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
+        f"- Machine: {machine()}",
+        f"- Server: gunicorn, `gunicorn.conf.py` ({gunicorn_setup[0]} workers × {gunicorn_setup[1]} threads, "
+        "gthread), debug off, `bench.settings` (production settings plus the bare view's URL)",
+        "- Database: a throwaway PostgreSQL on 127.0.0.1 (TCP), fsync off, pg_stat_statements loaded",
+        f"- Load: `wrk -t{WRK_THREADS} -c{CONNECTIONS} -d{SECONDS}s -s bench/create.lua`, on the same machine; "
+        f"{ROUNDS} rounds, each running the service and then the bare view, after a warm-up of both",
+        "- Each request creates a new plant (unique ids); the service's requests carry a real bearer token.",
+        "- The bare view: `json.loads`, `Plant.objects.create`, `JsonResponse`, through the same middleware; "
+        "no authentication, validation, throttling or error handling.",
+        "",
+        *rows,
+        "",
+        *summary,
+        "",
+    ]
+    (ROOT / "BENCHMARKS.md").write_text("\n".join(document))
+
+
+if __name__ == "__main__":
+    main()
