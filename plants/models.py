@@ -35,6 +35,8 @@ class ApiTokenQuerySet(models.QuerySet):
         Every API request looks its token up, and building the query through the ORM each
         time cost more than the database round trip (profiled for BENCHMARKS.md). The SQL and
         the column types are the ORM's own, compiled once per database, so they follow the model.
+        Only the columns authentication reads are loaded (AUTHENTICATION_FIELDS); the others
+        are deferred.
         """
         connection = connections[self.db]
         sql, columns = _select_by_digest(self.db)
@@ -90,9 +92,14 @@ class ApiToken(models.Model):
         return "active"
 
 
+# What authenticating a request reads of its token (with the primary key).
+AUTHENTICATION_FIELDS = ["name", "expires_at", "revoked_at", "last_used_at"]
+
+
 @cache
 def _select_by_digest(alias: str) -> tuple[str, list]:
-    compiler = ApiToken.objects.filter(digest="").order_by().query.get_compiler(alias)
+    query = ApiToken.objects.filter(digest="").only(*AUTHENTICATION_FIELDS).order_by().query
+    compiler = query.get_compiler(alias)
     sql, params = compiler.as_sql()
     assert params == ("",), params
     return sql, [column for column, _, _ in compiler.select]

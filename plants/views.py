@@ -7,8 +7,9 @@ from rest_framework.exceptions import UnsupportedMediaType
 from rest_framework.response import Response
 
 from plants.exceptions import ErrorCode, MalformedBody, error_response
+from plants.negotiation import request_media_type
 from plants.schema import create_plant_schema
-from plants.serializers import NewPlantSerializer, PlantSerializer
+from plants.serializers import NewPlantSerializer, plant_representation
 from plants.services import plant_create
 
 
@@ -22,12 +23,12 @@ class PlantViewSet(mixins.CreateModelMixin, viewsets.GenericViewSet):
         serializer = NewPlantSerializer(data=read_json_object(request))
         serializer.is_valid(raise_exception=True)
         plant = plant_create(**serializer.validated_data)
-        return Response(PlantSerializer(plant).data, status=status.HTTP_200_OK)
+        return Response(plant_representation(plant), status=status.HTTP_200_OK)
 
 
 def read_json_object(request) -> dict:
     """The parsed body; a missing Content-Type is 415 and an empty body is MALFORMED_BODY."""
-    media_type = request.content_type.split(";")[0].strip().lower()
+    media_type = request_media_type(request)
     if media_type != "application/json":
         raise UnsupportedMediaType(media_type or "(none)")
     if request.stream is None:
