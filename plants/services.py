@@ -51,4 +51,9 @@ def token_issue(*, name: str, expires_in: timedelta | None = None) -> tuple[ApiT
 
 def token_revoke(*, name: str) -> int:
     """Revoke every active token of that name; return how many were revoked."""
-    return ApiToken.objects.active().filter(name=name).update(revoked_at=timezone.now())
+    return tokens_revoke(tokens=ApiToken.objects.filter(name=name))
+
+
+def tokens_revoke(*, tokens) -> int:
+    """Revoke the active tokens among `tokens` (a queryset); return how many were revoked."""
+    return tokens.active().update(revoked_at=timezone.now())

@@ -9,8 +9,12 @@ from plantstore_site.settings import *  # noqa: E402, F403
 
 # Tests create many plants quickly with one token; the throttle tests set their own rate.
 PLANTS_THROTTLE_RATE = ""
-# Admin logins in tests need not pay for a slow password hash.
-PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# Admin logins in tests need not pay for a slow password hash; users that a live server
+# (with production settings) must log in get the production hasher, the second here.
+PASSWORD_HASHERS = [
+    "django.contrib.auth.hashers.MD5PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+]
 # Tests read the static files from the apps, without running collectstatic first.
 STORAGES = {**STORAGES, "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}  # noqa: F405
 # Serve static files straight from the apps' folders, as runserver does.

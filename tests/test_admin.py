@@ -1,0 +1,160 @@
+"""The Django admin: browsing plants, issuing and revoking tokens."""
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+
+from plants.models import ApiToken, Plant
+from plants.services import token_issue
+from plants.tokens import token_digest
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def admin_client(db) -> Client:
+    User.objects.create_superuser("admin", "admin@example.com", "a-long-admin-password")
+    client = Client()
+    client.login(username="admin", password="a-long-admin-password")
+    return client
+
+
+@pytest.fixture
+def plants(db):
+    Plant.objects.create(id=42, name="Monstera deliciosa", tag="aroid")
+    Plant.objects.create(id=7, name="Pothos", tag="aroid")
+    Plant.objects.create(id=100, name="Saguaro", tag="cactus")
+    Plant.objects.create(id=4242, name="Untagged fern")
+
+
+def listed_ids(response) -> list[int]:
+    return sorted(
+        int(match) for match in re.findall(r'<th class="field-id"><a href="[^"]+">(-?\d+)</a>', response.text)
+    )
+
+
+def test_plant_list_shows_columns_newest_first(admin_client, plants):
+    response = admin_client.get("/admin/plants/plant/")
+
+    assert response.status_code == 200
+    for column in ["column-id", "column-name", "column-tag", "column-created_at"]:
+        assert column in response.text
+    ids = [int(i) for i in re.findall(r'<th class="field-id"><a href="[^"]+">(-?\d+)</a>', response.text)]
+    assert ids == [4242, 100, 7, 42]
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [("monstera", [42]), ("aroid", [7, 42]), ("42", [42]), ("4242", [4242]), ("nothing", [])],
+)
+def test_plant_search_matches_name_tag_or_exact_id(admin_client, plants, query, expected):
+    response = admin_client.get("/admin/plants/plant/", {"q": query})
+
+    assert listed_ids(response) == expected
+
+
+def test_plant_filter_by_tag(admin_client, plants):
+    response = admin_client.get("/admin/plants/plant/", {"tag": "cactus"})
+
+    assert listed_ids(response) == [100]
+
+
+def test_plant_filter_by_creation_date(admin_client, plants):
+    Plant.objects.filter(id=100).update(created_at=timezone.now() - timedelta(days=60))
+    midnight = timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0)
+
+    response = admin_client.get("/admin/plants/plant/", {"created_at__gte": str(midnight)})
+
+    assert listed_ids(response) == [7, 42, 4242]
+
+
+def test_plant_id_is_editable_only_when_adding(admin_client, plants):
+    add_page = admin_client.get("/admin/plants/plant/add/")
+    change_page = admin_client.get("/admin/plants/plant/42/change/")
+
+    assert 'name="id"' in add_page.text
+    assert 'name="id"' not in change_page.text
+    assert "Monstera deliciosa" in change_page.text
+
+
+def test_plant_list_query_count_does_not_grow_with_rows(admin_client, plants, django_assert_max_num_queries):
+    Plant.objects.bulk_create(Plant(id=10_000 + n, name=f"bulk {n}") for n in range(200))
+
+    with django_assert_max_num_queries(10):
+        response = admin_client.get("/admin/plants/plant/")
+
+    assert response.status_code == 200
+
+
+def test_token_list_shows_status_and_never_a_secret_or_digest(admin_client):
+    active, active_secret = token_issue(name="active-client")
+    revoked, _ = token_issue(name="gone-client")
+    ApiToken.objects.filter(pk=revoked.pk).update(revoked_at=timezone.now())
+    expired, _ = token_issue(name="old-client", expires_in=timedelta(days=1))
+    ApiToken.objects.filter(pk=expired.pk).update(expires_at=timezone.now() - timedelta(days=1))
+
+    response = admin_client.get("/admin/plants/apitoken/")
+
+    assert response.status_code == 200
+    assert 'class="token-active"' in response.text
+    assert 'class="token-revoked"' in response.text
+    assert 'class="token-expired"' in response.text
+    assert active.prefix in response.text
+    assert active_secret not in response.text
+    for token in ApiToken.objects.all():
+        assert token.digest not in response.text
+        assert token.digest not in admin_client.get(f"/admin/plants/apitoken/{token.pk}/change/").text
+
+
+def test_issue_form_shows_the_token_once_and_stores_only_its_digest(admin_client):
+    response = admin_client.post("/admin/plants/apitoken/add/", {"name": "browser", "expires_in_days": "30"})
+
+    assert response.status_code == 200
+    assert "no-store" in response["Cache-Control"]
+    secret = re.search(r'<code id="issued-token"[^>]*>([^<]+)</code>', response.text).group(1)
+    token = ApiToken.objects.get()
+    assert (token.name, token.digest) == ("browser", token_digest(secret))
+    assert (token.expires_at - token.created_at).days == 30
+    later = admin_client.get(f"/admin/plants/apitoken/{token.pk}/change/").text
+    assert secret not in later
+    api = Client().post(
+        "/plants", {"id": 1, "name": "Rose"}, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {secret}"
+    )
+    assert api.status_code == 200
+
+
+def test_issue_form_with_bad_input_issues_nothing(admin_client):
+    response = admin_client.post("/admin/plants/apitoken/add/", {"name": "", "expires_in_days": "0"})
+
+    assert response.status_code == 200
+    assert "This field is required." in response.text
+    assert ApiToken.objects.count() == 0
+
+
+def test_revoke_action_revokes_selected_tokens(admin_client):
+    token, secret = token_issue(name="to-revoke")
+    kept, _ = token_issue(name="kept")
+
+    response = admin_client.post(
+        "/admin/plants/apitoken/", {"action": "revoke_tokens", "_selected_action": [token.pk]}, follow=True
+    )
+
+    assert "Revoked 1 token(s)" in response.text
+    assert list(ApiToken.objects.active().values_list("name", flat=True)) == ["kept"]
+    api = Client().post(
+        "/plants", {"id": 1, "name": "Rose"}, content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {secret}"
+    )
+    assert api.status_code == 401
+
+
+def test_admin_login_without_csrf_token_is_refused():
+    client = Client(enforce_csrf_checks=True)
+
+    response = client.post("/admin/login/", {"username": "admin", "password": "x"})
+
+    assert response.status_code == 403
+    assert response.json()["error"] == 40300
