@@ -45,11 +45,11 @@ class ApiTokenQuerySet(models.QuerySet):
             row = cursor.fetchone()
         if row is None:
             return None
-        values = []
-        for value, column in zip(row, columns, strict=True):
+        values = list(row)
+        for index in _columns_to_convert(self.db):  # e.g. SQLite's naive datetimes made aware
+            column = columns[index]
             for convert in connection.ops.get_db_converters(column) + column.get_db_converters(connection):
-                value = convert(value, column, connection)  # e.g. SQLite's naive datetimes made aware
-            values.append(value)
+                values[index] = convert(values[index], column, connection)
         return self.model.from_db(self.db, [column.target.attname for column in columns], values)
 
     def active(self, now=None):
@@ -103,3 +103,14 @@ def _select_by_digest(alias: str) -> tuple[str, list]:
     sql, params = compiler.as_sql()
     assert params == ("",), params
     return sql, [column for column, _, _ in compiler.select]
+
+
+@cache
+def _columns_to_convert(alias: str) -> list[int]:
+    """Which columns of the token row the database backend converts (none on PostgreSQL)."""
+    connection = connections[alias]
+    return [
+        index
+        for index, column in enumerate(_select_by_digest(alias)[1])
+        if connection.ops.get_db_converters(column) + column.get_db_converters(connection)
+    ]

@@ -105,6 +105,12 @@ try:
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         # The same backend, but its per-request connection health check costs no query.
         DATABASES["default"]["ENGINE"] = "plants.postgresql"
+        if env_bool("DJANGO_DB_PREPARED_STATEMENTS", default=True):
+            # Server-side parameters, and statements prepared from their 5th use on a connection:
+            # the token lookup and the INSERT skip parsing and planning on every request. Turn
+            # off behind a pooler that cannot keep prepared statements (PgBouncer < 1.21 in
+            # transaction mode).
+            DATABASES["default"].setdefault("OPTIONS", {}).update(server_side_binding=True, prepare_threshold=5)
 except ValueError as error:
     raise ImproperlyConfigured(
         f"DATABASE_URL is not a database URL Django can use ({error}); "
