@@ -5,7 +5,9 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from plants.models import ApiToken, Plant
@@ -158,3 +160,23 @@ def test_admin_login_without_csrf_token_is_refused():
 
     assert response.status_code == 403
     assert response.json()["error"] == 40300
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the row estimate is PostgreSQL's")
+def test_large_plant_list_pages_without_counting_every_row(admin_client):
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO plants_plant (id, name, tag, created_at) "
+            "SELECT g, 'plant ' || g, 'tag' || (g % 7), now() FROM generate_series(1, 20000) g"
+        )
+        cursor.execute("ANALYZE plants_plant")
+
+    with CaptureQueriesContext(connection) as unfiltered:
+        response = admin_client.get("/admin/plants/plant/", {"p": "3"})
+    with CaptureQueriesContext(connection) as filtered:
+        admin_client.get("/admin/plants/plant/", {"tag": "tag3"})
+
+    assert response.status_code == 200
+    assert "20000 plants" in response.text
+    assert not [q["sql"] for q in unfiltered.captured_queries if "COUNT(" in q["sql"].upper()]
+    assert [q["sql"] for q in filtered.captured_queries if "COUNT(" in q["sql"].upper()]

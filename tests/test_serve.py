@@ -1,0 +1,64 @@
+"""`make serve`, the production path: migrate, collectstatic and gunicorn, with debug off."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.live import ROOT, free_port, request
+
+VENV = Path(sys.executable).parent.parent
+
+
+@pytest.fixture
+def served(tmp_path):
+    port = free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DJANGO_")},
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "DJANGO_SECRET_KEY": "serve-test-secret-key-" + "x" * 40,
+        "DJANGO_STATIC_ROOT": str(tmp_path / "static"),
+        "PORT": str(port),
+        "GUNICORN_WORKERS": "1",
+    }
+    log = (tmp_path / "serve.log").open("w+")
+    # -o: the venv is already set up; make must not try to reinstall it.
+    process = subprocess.Popen(
+        ["make", f"VENV={VENV}", "-o", f"{VENV}/.runtime", "serve"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while request(f"{url}/healthz", timeout=2)[0] != 200:
+        if process.poll() is not None or time.monotonic() > deadline:
+            log.seek(0)
+            pytest.fail(f"make serve did not come up:\n{log.read()}")
+        time.sleep(0.2)
+    yield url, log
+    os.killpg(process.pid, signal.SIGTERM)
+    process.wait(timeout=30)
+
+
+def test_make_serve_migrates_collects_static_and_serves_with_an_access_log(served):
+    url, log = served
+
+    health = request(f"{url}/healthz")
+    admin_css = request(f"{url}/static/admin/css/base.css")
+    unknown = request(f"{url}/no-such-page")
+
+    assert (health[0], health[2]) == (200, '{"status": "ok"}')
+    assert (admin_css[0], admin_css[1]["Content-Type"].split(";")[0]) == (200, "text/css")
+    assert (unknown[0], unknown[1]["Content-Type"]) == (404, "application/json")
+    time.sleep(0.5)
+    log.seek(0)
+    output = log.read()
+    assert "manage.py migrate" in output
+    assert '"GET /healthz" 200' in output  # gunicorn's access log
