@@ -1,5 +1,7 @@
 """Every non-2xx answer, from every layer, is a JSON Error body with a code from the catalog."""
 
+import json
+
 import pytest
 from django.db import OperationalError
 from django.test import Client
@@ -66,6 +68,17 @@ def test_body_over_the_cap_returns_413_and_stores_nothing(post_plant, settings):
 
     assert_error(response, 413, 41300, "The body is larger than 4096 bytes.")
     assert Plant.objects.count() == 0
+
+
+def test_largest_valid_new_plant_fits_under_the_default_cap_even_fully_escaped(post_plant, settings):
+    assert settings.PLANTS_MAX_BODY_BYTES == 4096
+    body = json.dumps({"id": -(2**63), "name": "🌿" * 200, "tag": "🌿" * 100})  # \ud83c\udf3f: 12 bytes each
+
+    response = post_plant(body)
+
+    assert len(body.encode()) > 3600
+    assert response.status_code == 200
+    assert Plant.objects.get().name == "🌿" * 200
 
 
 def test_body_just_under_the_cap_is_parsed(post_plant, settings):
