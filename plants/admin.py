@@ -8,7 +8,6 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connections
 from django.template.response import TemplateResponse
-from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
 from django.utils.functional import cached_property
 from django.utils.html import format_html
@@ -29,7 +28,7 @@ class EstimatedCountPaginator(Paginator):
         if connection.vendor == "postgresql" and not queryset.query.where:
             with connection.cursor() as cursor:
                 cursor.execute(
-                    "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [Plant._meta.db_table]
+                    "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [queryset.model._meta.db_table]
                 )
                 row = cursor.fetchone()
             if row and row[0] > EXACT_COUNT_UP_TO:
@@ -68,13 +67,12 @@ class TokenStatusFilter(admin.SimpleListFilter):
         return [("active", "Active"), ("expired", "Expired"), ("revoked", "Revoked")]
 
     def queryset(self, request, queryset):
-        now = timezone.now()
         if self.value() == "active":
-            return queryset.active(now)
+            return queryset.active()
         if self.value() == "expired":
-            return queryset.filter(revoked_at__isnull=True, expires_at__lte=now)
+            return queryset.expired()
         if self.value() == "revoked":
-            return queryset.filter(revoked_at__isnull=False)
+            return queryset.revoked()
         return queryset
 
 

@@ -39,7 +39,7 @@ class ApiTokenQuerySet(models.QuerySet):
         are deferred.
         """
         connection = connections[self.db]
-        sql, columns = _select_by_digest(self.db)
+        sql, columns, attnames = _select_by_digest(self.db)
         with connection.cursor() as cursor:
             cursor.execute(sql, [digest])
             row = cursor.fetchone()
@@ -50,13 +50,20 @@ class ApiTokenQuerySet(models.QuerySet):
             column = columns[index]
             for convert in connection.ops.get_db_converters(column) + column.get_db_converters(connection):
                 values[index] = convert(values[index], column, connection)
-        return self.model.from_db(self.db, [column.target.attname for column in columns], values)
+        return self.model.from_db(self.db, attnames, values)
 
+    # The querysets of ApiToken.status(): each token is in exactly one of them.
     def active(self, now=None):
         now = now or timezone.now()
         return self.filter(revoked_at__isnull=True).filter(
             models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
         )
+
+    def expired(self, now=None):
+        return self.filter(revoked_at__isnull=True, expires_at__lte=now or timezone.now())
+
+    def revoked(self):
+        return self.filter(revoked_at__isnull=False)
 
 
 class ApiToken(models.Model):
@@ -97,12 +104,14 @@ AUTHENTICATION_FIELDS = ["name", "expires_at", "revoked_at", "last_used_at"]
 
 
 @cache
-def _select_by_digest(alias: str) -> tuple[str, list]:
+def _select_by_digest(alias: str) -> tuple[str, list, list[str]]:
+    """The SQL, its selected columns, and their model attribute names."""
     query = ApiToken.objects.filter(digest="").only(*AUTHENTICATION_FIELDS).order_by().query
     compiler = query.get_compiler(alias)
     sql, params = compiler.as_sql()
     assert params == ("",), params
-    return sql, [column for column, _, _ in compiler.select]
+    columns = [column for column, _, _ in compiler.select]
+    return sql, columns, [column.target.attname for column in columns]
 
 
 @cache

@@ -49,6 +49,18 @@ def request(url: str, body=None, token: str | None = None, method: str | None = 
         return None, None, ""
 
 
+def wait_until_healthy(url: str, process: subprocess.Popen, timeout: float, expected: int = 200) -> bool:
+    """Poll `url`/healthz until it answers `expected`; False if `process` exits or time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            return False
+        if request(f"{url}/healthz", timeout=2)[0] == expected:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 class LiveGunicorn:
     """gunicorn serving plantstore_site.wsgi with debug off, as in production."""
 
@@ -79,18 +91,9 @@ class LiveGunicorn:
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        self.wait_until_healthy(expected=expect_health)
+        if not wait_until_healthy(self.url, self.process, timeout=30, expected=expect_health):
+            raise RuntimeError(f"gunicorn's /healthz did not answer {expect_health}: {self.log()}")
         return self
-
-    def wait_until_healthy(self, timeout: float = 30, expected: int = 200) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"gunicorn exited: {self.log()}")
-            if request(f"{self.url}/healthz", timeout=2)[0] == expected:
-                return
-            time.sleep(0.1)
-        raise RuntimeError(f"gunicorn's /healthz did not answer {expected}: {self.log()}")
 
     def worker_pids(self) -> list[int]:
         children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text()

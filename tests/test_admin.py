@@ -180,3 +180,17 @@ def test_large_plant_list_pages_without_counting_every_row(admin_client):
     assert "20000 plants" in response.text
     assert not [q["sql"] for q in unfiltered.captured_queries if "COUNT(" in q["sql"].upper()]
     assert [q["sql"] for q in filtered.captured_queries if "COUNT(" in q["sql"].upper()]
+
+
+@pytest.mark.parametrize(("status", "expected"), [("active", ["fresh"]), ("expired", ["old"]), ("revoked", ["gone"])])
+def test_token_status_filter_lists_each_token_under_its_status(admin_client, status, expected):
+    token_issue(name="fresh")
+    gone, _ = token_issue(name="gone", expires_in=timedelta(days=1))
+    old, _ = token_issue(name="old", expires_in=timedelta(days=1))
+    ApiToken.objects.filter(pk=gone.pk).update(revoked_at=timezone.now(), expires_at=timezone.now() - timedelta(days=1))
+    ApiToken.objects.filter(pk=old.pk).update(expires_at=timezone.now() - timedelta(days=1))
+
+    response = admin_client.get("/admin/plants/apitoken/", {"status": status})
+
+    assert re.findall(r'<th class="field-name"><a href="[^"]+">([^<]+)</a>', response.text) == expected
+    assert [token.name for token in ApiToken.objects.all() if token.status() == status] == expected

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.live import ROOT, free_port, request
+from tests.live import ROOT, free_port, request, wait_until_healthy
 
 VENV = Path(sys.executable).parent.parent
 
@@ -36,12 +36,9 @@ def served(tmp_path):
         start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while request(f"{url}/healthz", timeout=2)[0] != 200:
-        if process.poll() is not None or time.monotonic() > deadline:
-            log.seek(0)
-            pytest.fail(f"make serve did not come up:\n{log.read()}")
-        time.sleep(0.2)
+    if not wait_until_healthy(url, process, timeout=90):
+        log.seek(0)
+        pytest.fail(f"make serve did not come up:\n{log.read()}")
     yield url, log
     os.killpg(process.pid, signal.SIGTERM)
     process.wait(timeout=30)
