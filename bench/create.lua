@@ -1,5 +1,7 @@
 -- wrk script: POST /plants (or the bare view) with a unique id per request and a real token.
 -- Environment: BENCH_TOKEN (the bearer token), BENCH_ID_BASE (ids of this round start above it).
+-- Lua's numbers are doubles, exact only up to 2^53: bench/run.py keeps every id far below that,
+-- or neighbouring ids would round to the same value and collide.
 -- Prints one JSON line with the round's figures when done.
 local counter = 0
 local threads = {}
@@ -19,7 +21,7 @@ end
 
 function request()
   counter = counter + 1
-  local id = id_base + thread_index * 100000000 + counter
+  local id = id_base + thread_index * 1000000000 + counter
   return wrk.format(nil, nil, nil, string.format('{"id": %d, "name": "Plant %d", "tag": "bench"}', id, id))
 end
 
