@@ -30,7 +30,8 @@ class Plant(models.Model):
 
 class ApiTokenQuerySet(models.QuerySet):
     def by_digest(self, digest: str) -> "ApiToken | None":
-        """The token with this digest, or None, in one SELECT whose SQL is built only once.
+        """The token with this digest, or None: from the connection's token cache when it may
+        answer (PostgreSQL, see plants.token_cache), else in one SELECT whose SQL is built once.
 
         Every API request looks its token up, and building the query through the ORM each
         time cost more than the database round trip (profiled for BENCHMARKS.md). The SQL and
@@ -39,6 +40,15 @@ class ApiTokenQuerySet(models.QuerySet):
         are deferred.
         """
         connection = connections[self.db]
+        cache = connection.token_cache() if hasattr(connection, "token_cache") else None
+        if cache is not None and (token := cache.get(digest)) is not None:
+            return token
+        token = self._select_by_digest(connection, digest)
+        if cache is not None and token is not None:
+            cache.add(digest, token)
+        return token
+
+    def _select_by_digest(self, connection, digest: str) -> "ApiToken | None":
         sql, columns, attnames = _select_by_digest(self.db)
         with connection.cursor() as cursor:
             cursor.execute(sql, [digest])
