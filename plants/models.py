@@ -40,15 +40,16 @@ class ApiTokenQuerySet(models.QuerySet):
         are deferred.
         """
         connection = connections[self.db]
+        # Only plants.postgresql connections keep tokens; token_cache() says when they may answer.
         cache = connection.token_cache() if hasattr(connection, "token_cache") else None
         if cache is not None and (token := cache.get(digest)) is not None:
             return token
-        token = self._select_by_digest(connection, digest)
+        token = self._fetch_by_digest(connection, digest)
         if cache is not None and token is not None:
             cache.add(digest, token)
         return token
 
-    def _select_by_digest(self, connection, digest: str) -> "ApiToken | None":
+    def _fetch_by_digest(self, connection, digest: str) -> "ApiToken | None":
         sql, columns, attnames = _select_by_digest(self.db)
         with connection.cursor() as cursor:
             cursor.execute(sql, [digest])
