@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import quote
 
@@ -47,6 +48,13 @@ def request(url: str, body=None, token: str | None = None, method: str | None = 
         return error.code, error.headers, error.read().decode()
     except (OSError, urllib.error.URLError, http.client.HTTPException):
         return None, None, ""
+
+
+def create_many(url: str, token: str, ids, name: str, threads: int = 8) -> list[tuple]:
+    """POST /plants for each id from `threads` client threads; the (status, text) of each answer."""
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        answers = pool.map(lambda plant_id: request(f"{url}/plants", {"id": plant_id, "name": name}, token), ids)
+        return [(status, text) for status, _, text in answers]
 
 
 def wait_until_healthy(url: str, process: subprocess.Popen, timeout: float, expected: int = 200) -> bool:

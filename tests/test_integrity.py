@@ -12,7 +12,7 @@ import pytest
 from django.db import connection
 
 from plants.models import Plant
-from tests.live import request
+from tests.live import create_many, request
 
 RACERS = 24
 DUPLICATE_77 = '{"error":40003,"message":"A plant with id 77 already exists with a different name or tag."}'
@@ -159,15 +159,12 @@ def test_service_answers_json_during_a_postgres_restart_and_recovers(gunicorn, t
 @pytest.mark.skipif("PLANTSTORE_PGDATA" not in os.environ, reason="needs the server of scripts/with-postgres")
 def test_connections_idle_across_a_postgres_restart_are_replaced_before_use(gunicorn, token):
     server = gunicorn(GUNICORN_WORKERS="2", GUNICORN_THREADS="4")
-    url = f"{server.url}/plants"
-    with ThreadPoolExecutor(max_workers=8) as pool:  # give every server thread a connection
-        warm = list(pool.map(lambda n: request(url, {"id": n, "name": "warm"}, token)[0], range(200)))
-    assert set(warm) == {200}
+    warm = create_many(server.url, token, range(200), "warm")  # gives every server thread a connection
+    assert {status for status, _ in warm} == {200}
 
     pg_ctl("stop")
     pg_ctl("start")
     connection.close()
 
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        after = list(pool.map(lambda n: request(url, {"id": n, "name": "after"}, token)[0], range(1000, 1200)))
-    assert set(after) == {200}
+    after = create_many(server.url, token, range(1000, 1200), "after")
+    assert {status for status, _ in after} == {200}

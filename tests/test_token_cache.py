@@ -9,7 +9,6 @@ import importlib
 import select
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.db import connection
@@ -17,7 +16,7 @@ from django.utils import timezone
 
 from plants.models import ApiToken, Plant
 from plants.services import token_issue
-from tests.live import ROOT, request
+from tests.live import ROOT, create_many
 
 trigger_migration = importlib.import_module("plants.migrations.0002_apitoken_change_trigger")
 
@@ -166,18 +165,13 @@ def test_without_the_change_trigger_tokens_are_not_cached(create, caplog, django
 
 def test_token_revoked_with_the_command_is_refused_by_every_gunicorn_worker(gunicorn, token):
     server = gunicorn(GUNICORN_WORKERS="2", GUNICORN_THREADS="4")
-    url = f"{server.url}/plants"
-    with ThreadPoolExecutor(max_workers=8) as pool:  # every server thread caches the token
-        warm = list(pool.map(lambda n: request(url, {"id": n, "name": "warm"}, token)[0], range(100)))
-    assert set(warm) == {200}
+    warm = create_many(server.url, token, range(100), "warm")  # every server thread caches the token
+    assert {status for status, _ in warm} == {200}
 
     subprocess.run(
         [sys.executable, "manage.py", "token", "revoke", "test-client"], cwd=ROOT, env=server.env, check=True
     )
 
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        after = list(pool.map(lambda n: request(url, {"id": n, "name": "after"}, token), range(1000, 1100)))
-    assert {(status, text) for status, _, text in after} == {
-        (401, '{"error":40101,"message":"The token has been revoked."}')
-    }
+    after = create_many(server.url, token, range(1000, 1100), "after")
+    assert set(after) == {(401, '{"error":40101,"message":"The token has been revoked."}')}
     assert not Plant.objects.filter(id__gte=1000).exists()
