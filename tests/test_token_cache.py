@@ -125,6 +125,19 @@ def test_notification_on_an_idle_connection_does_not_get_it_replaced(create, dja
     assert connection.connection is session
 
 
+def test_listening_connection_ended_by_the_server_is_replaced_before_use(create):
+    assert create().status_code == 200
+    session = connection.connection
+
+    in_another_session("SELECT pg_terminate_backend(%s)", [session.info.backend_pid])
+    wait_for_notification()
+
+    assert not connection.is_usable()
+    connection.close_if_unusable_or_obsolete()  # what Django does as a request starts
+    assert create().status_code == 200
+    assert connection.connection is not session
+
+
 def test_a_new_connection_starts_with_an_empty_cache(create, issued_token):
     assert create().status_code == 200
     connection.close()

@@ -26,17 +26,55 @@ logger = logging.getLogger("plants")
 TRIGGER_EXISTS = "SELECT EXISTS (SELECT FROM pg_trigger WHERE tgname = %s AND tgrelid = to_regclass(%s))"
 
 
+class Listener:
+    """What a psycopg connection LISTENing for token changes has been told."""
+
+    def __init__(self, connection: psycopg.Connection) -> None:
+        self.connection = connection
+        self.cache = TokenCache()
+        self.server_closed = False
+        connection.add_notify_handler(self.cache.on_notify)
+        connection.add_notice_handler(self.on_notice)
+
+    def on_notice(self, diagnostic) -> None:
+        # libpq hands an unsolicited FATAL error on an idle connection (e.g. "terminating
+        # connection due to administrator command", sent before the server closes it) to notices.
+        if diagnostic.severity_nonlocalized == "FATAL":
+            self.server_closed = True
+
+    def receive(self) -> bool:
+        """Read what the server has sent the idle connection, handing notifications to their
+        handlers; False, from then on, once the server has closed the connection."""
+        if not self.server_closed:
+            pgconn = self.connection.pgconn
+            try:
+                pgconn.consume_input()
+            except psycopg.Error:  # EOF: libpq reports it once, so it is remembered here
+                self.server_closed = True
+            else:
+                while notify := pgconn.notifies():
+                    pgconn.notify_handler(notify)
+        return not self.server_closed
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
-    _token_cache_owner = None  # the psycopg connection the cache below belongs to
-    _token_cache: TokenCache | None = None
+    # The psycopg connection that was last set up for the token cache, and its Listener (None if
+    # it could not LISTEN). A new connection is set up afresh, with an empty cache.
+    _listening: tuple = (None, None)
 
     def is_usable(self) -> bool:
         connection = self.connection
         if connection is None or connection.closed or connection.broken:
             return False
-        if self._readable() and not (self._receive_notifications() and not self._readable()):
+        listener = self._listener()
+        if listener is not None and listener.server_closed:
             return False
-        return True
+        if not self._readable():
+            return True
+        if listener is None:
+            return False  # not listening: only a closing server sends an idle connection anything
+        # Listening: notifications, or the server closing the connection (a FATAL notice, EOF).
+        return listener.receive() and not self._readable()
 
     def token_cache(self) -> TokenCache | None:
         """This connection's token cache, with every notification received so far applied.
@@ -52,13 +90,18 @@ class DatabaseWrapper(base.DatabaseWrapper):
             return None
         if not self.get_autocommit():  # connects first if need be
             return None
-        if self._token_cache_owner is not self.connection:
-            self._token_cache_owner, self._token_cache = self.connection, self._listen_for_token_changes()
-        if self._token_cache is not None and not self._receive_notifications():
-            self._token_cache = None  # closed by the server: its notifications may be lost
-        return self._token_cache
+        if self._listening[0] is not self.connection:
+            self._listening = (self.connection, self._listen_for_token_changes())
+        listener = self._listening[1]
+        if listener is None or not listener.receive():
+            return None  # closed by the server: the query will fail, and the connection be replaced
+        return listener.cache
 
-    def _listen_for_token_changes(self) -> TokenCache | None:
+    def _listener(self) -> Listener | None:
+        connection, listener = self._listening
+        return listener if connection is self.connection else None
+
+    def _listen_for_token_changes(self) -> Listener | None:
         from plants.models import ApiToken
 
         with self.cursor() as cursor:
@@ -67,25 +110,11 @@ class DatabaseWrapper(base.DatabaseWrapper):
                 logger.warning("API tokens are not cached: the token table has no change trigger; run migrate.")
                 return None
             cursor.execute(f"LISTEN {CHANNEL}")
-        cache = TokenCache()
-        self.connection.add_notify_handler(cache.on_notify)
-        return cache
+        return Listener(self.connection)
 
     def _readable(self) -> bool:
         try:
             readable, _, _ = select.select([self.connection.fileno()], [], [], 0)
-        except (OSError, ValueError):
+        except (OSError, ValueError, psycopg.Error):
             return True  # no socket: as good as closed
         return bool(readable)
-
-    def _receive_notifications(self) -> bool:
-        """Read what the server has sent this idle connection, handing notifications to their
-        handlers (psycopg's, then ours); False if the server has closed the connection."""
-        pgconn = self.connection.pgconn
-        try:
-            pgconn.consume_input()
-        except psycopg.Error:
-            return False
-        while notify := pgconn.notifies():
-            pgconn.notify_handler(notify)
-        return True
