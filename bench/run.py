@@ -19,8 +19,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", 5))
-SECONDS = int(os.environ.get("BENCH_SECONDS", 10))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", 7))
+SECONDS = int(os.environ.get("BENCH_SECONDS", 8))
 CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", 16))
 WRK_THREADS = 2
 TARGETS = {"service": "/plants", "bare": "/bench/bare-plants"}
@@ -52,6 +52,11 @@ What remains is DRF's per-field validation (~0.08 ms), reading the body (~0.03 m
 authentication's own work (~0.04 ms: the header, the SHA-256, the expiry check), the throttle's
 cache operation (~0.03 ms) and DRF's request and response wrapping. Trimming middleware would not
 help the ratio: both views run through the same stack.
+
+Rounds vary because of where wrk's keep-alive connections land: gthread workers accept them as
+they wake, and now and then one worker takes them all and serves them on one core, which halves
+that round's throughput, for either view. The ratio is the median of the rounds' ratios, so such
+a round does not decide it.
 """
 
 
@@ -81,6 +86,8 @@ ENV = {
     # Throttling stays on, at a rate the load never reaches, so its cost is measured.
     "PLANTS_THROTTLE_RATE": "100000000/second",
     "GUNICORN_ACCESS_LOG": "/dev/null",
+    # No worker recycling: a worker's restart would charge one round with its boot.
+    "GUNICORN_MAX_REQUESTS": "0",
 }
 
 
@@ -233,7 +240,7 @@ def report(rounds: dict, peak_rss: float) -> None:
         f"- When: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         f"- Machine: {machine()}",
         f"- Server: gunicorn, `gunicorn.conf.py` ({gunicorn_setup[0]} workers × {gunicorn_setup[1]} threads, "
-        "gthread), debug off, `bench.settings` (production settings plus the bare view's URL)",
+        "gthread; worker recycling off), debug off, `bench.settings` (production settings plus the bare view's URL)",
         "- Database: a throwaway PostgreSQL on 127.0.0.1 (TCP), fsync off, pg_stat_statements loaded",
         f"- Load: `wrk -t{WRK_THREADS} -c{CONNECTIONS} -d{SECONDS}s -s bench/create.lua`, on the same machine; "
         f"{ROUNDS} rounds, each running the service and the bare view (alternating which goes first), "
