@@ -4,9 +4,11 @@ VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 PORT ?= 8000
 PYTEST_ARGS ?=
+# The browser tests drive Debian's Chromium; Playwright never downloads a browser of its own.
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .DEFAULT_GOAL := help
-.PHONY: help run serve bench test lint format test-sqlite test-postgres test-contract clean schema
+.PHONY: help run serve bench test lint format test-sqlite test-postgres test-contract system-packages clean schema
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -37,6 +39,9 @@ serve: $(VENV)/.runtime ## production path: migrate, collectstatic, gunicorn (ne
 
 test: lint test-contract test-sqlite test-postgres ## lint, fuzz the contract, then the suite on SQLite and PostgreSQL
 
+system-packages: ## install the Debian packages the tests need, if missing (PostgreSQL, Redis, Chromium)
+	scripts/debian-packages postgresql redis-server chromium
+
 lint: $(VENV)/.dev ## ruff lint and format check, and no model change without a migration
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -46,17 +51,17 @@ format: $(VENV)/.dev ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-test-sqlite: $(VENV)/.dev ## the test suite on SQLite (the embedded default)
+test-sqlite: $(VENV)/.dev system-packages ## the test suite on SQLite (the embedded default)
 	env -u DATABASE_URL $(VENV)/bin/pytest $(PYTEST_ARGS)
 
-test-postgres: $(VENV)/.dev ## the test suite on a throwaway PostgreSQL server (scripts/with-postgres)
+test-postgres: $(VENV)/.dev system-packages ## the test suite on a throwaway PostgreSQL server (scripts/with-postgres)
 	scripts/with-postgres $(VENV)/bin/pytest $(PYTEST_ARGS)
 
-test-contract: $(VENV)/.dev ## schemathesis against a live gunicorn on a throwaway PostgreSQL, using /openapi.json
+test-contract: $(VENV)/.dev system-packages ## schemathesis against a live gunicorn on a throwaway PostgreSQL, using /openapi.json
 	scripts/with-postgres scripts/contract-test
 
 bench: $(VENV)/.dev ## benchmark POST /plants against a bare Django view (wrk, PostgreSQL); writes BENCHMARKS.md
-	@command -v wrk >/dev/null || { echo "make bench needs wrk (Debian package wrk)"; exit 1; }
+	scripts/debian-packages postgresql wrk
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
 		scripts/with-postgres $(PYTHON) -m bench.run
 
