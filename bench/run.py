@@ -8,17 +8,16 @@ description are printed and written to BENCHMARKS.md.
 import json
 import os
 import platform
+import runpy
 import secrets
 import statistics
 import subprocess
 import sys
-import time
-import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-VENV_BIN = Path(sys.executable).parent
+from tests.live import ROOT, LiveGunicorn
+
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 7))
 SECONDS = int(os.environ.get("BENCH_SECONDS", 8))
 CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", 16))
@@ -91,29 +90,22 @@ ENV = {
 }
 
 
-def start_server(port: int, log: Path) -> subprocess.Popen:
+# Workers and threads as gunicorn.conf.py sets them on this machine (LiveGunicorn's are the tests').
+_conf = runpy.run_path(str(ROOT / "gunicorn.conf.py"))
+GUNICORN = {"GUNICORN_WORKERS": str(_conf["workers"]), "GUNICORN_THREADS": str(_conf["threads"])}
+
+
+def start_server() -> LiveGunicorn:
     # The request log stays on, as in production; it goes to a file, as it would to journald.
-    server = subprocess.Popen(
-        [str(VENV_BIN / "gunicorn"), "-c", "gunicorn.conf.py", "bench.wsgi"],
-        cwd=ROOT,
-        env={**ENV, "GUNICORN_BIND": f"127.0.0.1:{port}", "GUNICORN_LOG_LEVEL": "warning"},
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
-            return server
-        except OSError:
-            time.sleep(0.1)
-    server.kill()
-    raise SystemExit("bench: gunicorn did not start")
+    log_dir = Path(os.environ.get("TMPDIR", "/tmp"))
+    server = LiveGunicorn(log_dir, app="bench.wsgi", **{**ENV, **GUNICORN, "GUNICORN_LOG_LEVEL": "warning"})
+    print(f"gunicorn log: {server.log_path}", flush=True)
+    return server.start()
 
 
-def worker_peak_rss_mib(server: subprocess.Popen) -> float:
-    children = Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()
+def worker_peak_rss_mib(server: LiveGunicorn) -> float:
     peaks = []
-    for pid in children:
+    for pid in server.worker_pids():
         status = Path(f"/proc/{pid}/status").read_text()
         peaks.append(int(next(line for line in status.splitlines() if line.startswith("VmHWM")).split()[1]))
     return max(peaks) / 1024
@@ -164,26 +156,24 @@ def main() -> None:
     manage("migrate", "--no-input", env=ENV)
     psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
     token = manage("token", "issue", "bench", env=ENV).strip()
-    port = int(os.environ.get("BENCH_PORT", 8765))
-    server = start_server(port, Path(os.environ.get("TMPDIR", "/tmp")) / f"plantstore-bench-{port}.log")
+    server = start_server()
     rounds = {name: [] for name in TARGETS}
     try:
         id_base = 0
         for path in TARGETS.values():  # warm-up: imports, connections, caches
-            wrk(f"http://127.0.0.1:{port}{path}", token, id_base := id_base + ID_BLOCK, 3)
+            wrk(f"{server.url}{path}", token, id_base := id_base + ID_BLOCK, 3)
         for round_number in range(ROUNDS):
             # Alternate which goes first, so neither always meets the fuller table or warmer caches.
             order = list(TARGETS.items()) if round_number % 2 == 0 else list(TARGETS.items())[::-1]
             for name, path in order:
                 psql("SELECT pg_stat_statements_reset()")
-                figures = wrk(f"http://127.0.0.1:{port}{path}", token, id_base := id_base + ID_BLOCK, SECONDS)
+                figures = wrk(f"{server.url}{path}", token, id_base := id_base + ID_BLOCK, SECONDS)
                 figures["statements"] = statements_since_reset()
                 rounds[name].append(figures)
                 print(f"round {round_number + 1} {name:8} {figures['rps']:8.0f} req/s", flush=True)
         peak_rss = worker_peak_rss_mib(server)
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        server.stop()
     report(rounds, peak_rss)
 
 
@@ -221,17 +211,6 @@ def report(rounds: dict, peak_rss: float) -> None:
         f"Peak memory (VmHWM) of the largest gunicorn worker: {peak_rss:.0f} MiB.",
     ]
     print("\n".join(rows + [""] + summary))
-    gunicorn_setup = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import runpy; c = runpy.run_path('gunicorn.conf.py'); print(c['workers'], c['threads'])",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
     document = [
         "# Benchmarks",
         "",
@@ -239,7 +218,7 @@ def report(rounds: dict, peak_rss: float) -> None:
         "",
         f"- When: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         f"- Machine: {machine()}",
-        f"- Server: gunicorn, `gunicorn.conf.py` ({gunicorn_setup[0]} workers × {gunicorn_setup[1]} threads, "
+        f"- Server: gunicorn, `gunicorn.conf.py` ({GUNICORN['GUNICORN_WORKERS']} workers × {GUNICORN['GUNICORN_THREADS']} threads, "
         "gthread; worker recycling off), debug off, `bench.settings` (production settings plus the bare view's URL)",
         "- Database: a throwaway PostgreSQL on 127.0.0.1 (TCP), fsync off, pg_stat_statements loaded",
         f"- Load: `wrk -t{WRK_THREADS} -c{CONNECTIONS} -d{SECONDS}s -s bench/create.lua`, on the same machine; "

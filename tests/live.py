@@ -1,4 +1,4 @@
-"""Live servers for tests that need real processes: gunicorn on the test database, redis-server."""
+"""Live servers for tests that need real processes (gunicorn on the test database, redis-server), and for make bench."""
 
 import http.client
 import json
@@ -70,9 +70,12 @@ def wait_until_healthy(url: str, process: subprocess.Popen, timeout: float, expe
 
 
 class LiveGunicorn:
-    """gunicorn serving plantstore_site.wsgi with debug off, as in production."""
+    """gunicorn with gunicorn.conf.py and debug off, as in production, on a free port: for the
+    tests (plantstore_site.wsgi, 2 workers of 4 threads unless `env` says otherwise) and for
+    `make bench` (bench.wsgi)."""
 
-    def __init__(self, log_dir: Path, workers: int = 2, threads: int = 4, **env: str):
+    def __init__(self, log_dir: Path, app: str = "plantstore_site.wsgi", **env: str):
+        self.app = app
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_dir / f"gunicorn-{self.port}.log"
@@ -84,8 +87,8 @@ class LiveGunicorn:
             "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
             "PLANTS_THROTTLE_RATE": "",
             "GUNICORN_BIND": f"127.0.0.1:{self.port}",
-            "GUNICORN_WORKERS": str(workers),
-            "GUNICORN_THREADS": str(threads),
+            "GUNICORN_WORKERS": "2",
+            "GUNICORN_THREADS": "4",
             **env,
         }
         self.process: subprocess.Popen | None = None
@@ -93,7 +96,7 @@ class LiveGunicorn:
     def start(self, expect_health: int = 200) -> "LiveGunicorn":
         log = self.log_path.open("wb")
         self.process = subprocess.Popen(
-            [str(GUNICORN), "-c", "gunicorn.conf.py", "plantstore_site.wsgi"],
+            [str(GUNICORN), "-c", "gunicorn.conf.py", self.app],
             cwd=ROOT,
             env=self.env,
             stdout=log,
