@@ -218,8 +218,8 @@ def report(rounds: dict, peak_rss: float) -> None:
         "",
         f"- When: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         f"- Machine: {machine()}",
-        f"- Server: gunicorn, `gunicorn.conf.py` ({GUNICORN['GUNICORN_WORKERS']} workers × {GUNICORN['GUNICORN_THREADS']} threads, "
-        "gthread; worker recycling off), debug off, `bench.settings` (production settings plus the bare view's URL)",
+        f"- Server: gunicorn, `gunicorn.conf.py` ({_conf['workers']} workers × {_conf['threads']} threads, gthread; "
+        "worker recycling off), debug off, `bench.settings` (production settings plus the bare view's URL)",
         "- Database: a throwaway PostgreSQL on 127.0.0.1 (TCP), fsync off, pg_stat_statements loaded",
         f"- Load: `wrk -t{WRK_THREADS} -c{CONNECTIONS} -d{SECONDS}s -s bench/create.lua`, on the same machine; "
         f"{ROUNDS} rounds, each running the service and the bare view (alternating which goes first), "

@@ -1,4 +1,4 @@
-"""Live servers for tests that need real processes (gunicorn on the test database, redis-server), and for make bench."""
+"""Live servers for tests that need real processes (gunicorn, redis-server), and for make bench."""
 
 import http.client
 import json

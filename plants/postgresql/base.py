@@ -67,13 +67,9 @@ class DatabaseWrapper(base.DatabaseWrapper):
         if connection is None or connection.closed or connection.broken:
             return False
         listener = self._listener()
-        if listener is not None and listener.server_closed:
-            return False
-        if not self._readable():
-            return True
         if listener is None:
-            return False  # not listening: only a closing server sends an idle connection anything
-        # Listening: notifications, or the server closing the connection (a FATAL notice, EOF).
+            return not self._readable()  # not listening: only a closing server sends anything
+        # Listening: read the notifications; what is left to read is the server closing it.
         return listener.receive() and not self._readable()
 
     def token_cache(self) -> TokenCache | None:
