@@ -28,35 +28,9 @@ TARGETS = {"service": "/plants", "bare": "/bench/bare-plants"}
 # counting exactly.
 ID_BLOCK = 10**11
 
-# From profiling one create at a time in-process (cProfile, pyinstrument, CPU time per stage).
-PROFILE_NOTES = """## Where the service's extra time goes
-
-Profiled in-process on PostgreSQL (CPU time per request; the bare view takes about 0.5 ms):
-
-| Part of an authenticated create | Before | Now | What changed |
-|---|---|---|---|
-| Token lookup | a SELECT round trip (~0.30 ms) | ~0.01 ms on a warm connection | each connection keeps the tokens it read and is told of every change by PostgreSQL's LISTEN/NOTIFY (`plants/token_cache.py`); the SELECT, when needed, is compiled once (`ApiTokenQuerySet.by_digest`) |
-| Connection health check | a `SELECT 1` round trip | a socket poll | `plants/postgresql/base.py`: stale connections still replaced before use |
-| The INSERT | parsed and planned on every request | prepared once per connection | server-side binding, `prepare_threshold=5` (`DJANGO_DB_PREPARED_STATEMENTS`) |
-| NewPlant validation | ~0.11 ms | ~0.07 ms | shallow copies of the flat fields instead of DRF's deep copy |
-| Throttle | 2 cache operations | 1 | counter bumped with `incr` first |
-| Content negotiation | DRF's media-type matching | one string comparison | `plants/negotiation.py` |
-| Plant answer | a serializer instance | a function | `plant_representation` |
-
-The token lookup was the largest part of the gap: a second round trip, through Django's cursor,
-psycopg and PostgreSQL, costing as much as the INSERT. The cache removes it without delaying
-revocations: the change trigger's notification reaches every connection as the change commits,
-and a connection reads its notifications (one non-blocking read) before trusting its cache.
-What remains is DRF's per-field validation (~0.08 ms), reading the body (~0.03 ms),
-authentication's own work (~0.04 ms: the header, the SHA-256, the expiry check), the throttle's
-cache operation (~0.03 ms) and DRF's request and response wrapping. Trimming middleware would not
-help the ratio: both views run through the same stack.
-
-Rounds vary because of where wrk's keep-alive connections land: gthread workers accept them as
-they wake, and now and then one worker takes them all and serves them on one core, which halves
-that round's throughput, for either view. The ratio is the median of the rounds' ratios, so such
-a round does not decide it.
-"""
+# bench writes only its own section of BENCHMARKS.md; the prose around it is kept as written.
+SECTION_BEGIN = "<!-- written by make bench: begin -->"
+SECTION_END = "<!-- written by make bench: end -->"
 
 
 def manage(*args: str, env: dict) -> str:
@@ -206,16 +180,13 @@ def report(rounds: dict, peak_rss: float) -> None:
     summary = [
         f"**Throughput ratio service / bare: {ratio:.2f}** (median of the rounds' ratios; target ≥ 0.70).",
         f"**SQL statements per authenticated create: {service['statements']:.2f}** (target ≤ 2), counted by "
-        "PostgreSQL's pg_stat_statements, transaction statements included: the INSERT, as each connection "
-        "looks the token up once and then keeps it (README, Tokens).",
+        "PostgreSQL's pg_stat_statements, transaction statements included: the token lookup and the INSERT "
+        "(a revoked token is refused from the next request: README, Tokens).",
         f"Peak memory (VmHWM) of the largest gunicorn worker: {peak_rss:.0f} MiB.",
     ]
     print("\n".join(rows + [""] + summary))
-    document = [
-        "# Benchmarks",
-        "",
-        "Written by `make bench` (`bench/run.py`); rerun it to refresh this file.",
-        "",
+    section = [
+        SECTION_BEGIN,
         f"- When: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         f"- Machine: {machine()}",
         f"- Server: gunicorn, `gunicorn.conf.py` ({_conf['workers']} workers × {_conf['threads']} threads, gthread; "
@@ -231,13 +202,20 @@ def report(rounds: dict, peak_rss: float) -> None:
         *rows,
         "",
         *summary,
-        "",
-        PROFILE_NOTES,
+        SECTION_END,
     ]
-    (ROOT / "BENCHMARKS.md").write_text("\n".join(document))
+    write_section("\n".join(section))
     if bare["non_2xx"] or bare["socket_errors"]:
         # A baseline that failed requests did less work than a real create: the ratio means nothing.
         raise SystemExit("bench: the bare view answered errors; see the gunicorn log, then rerun")
+
+
+def write_section(section: str) -> None:
+    """Replace make bench's section of BENCHMARKS.md, keeping everything around it."""
+    path = ROOT / "BENCHMARKS.md"
+    text = path.read_text()
+    begin, end = text.index(SECTION_BEGIN), text.index(SECTION_END) + len(SECTION_END)
+    path.write_text(text[:begin] + section + text[end:])
 
 
 if __name__ == "__main__":

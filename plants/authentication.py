@@ -2,6 +2,7 @@
 
 from datetime import timedelta
 
+from django.db.models import Q
 from django.utils import timezone
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 
@@ -9,7 +10,7 @@ from plants.exceptions import InvalidToken, MalformedCredentials
 from plants.models import ApiToken
 from plants.tokens import MAX_TOKEN_LENGTH, token_digest
 
-# last_used_at is written at most this often per token, so the hot path stays one SELECT.
+# last_used_at is written at most this often per token, so the hot path stays one SELECT and the INSERT.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
@@ -52,7 +53,9 @@ class BearerTokenAuthentication(BaseAuthentication):
         if status == "expired":
             raise InvalidToken("The token has expired.")
         if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
-            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+            # Conditional, so that workers reading the same stale value write it once between them.
+            stale = Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
+            ApiToken.objects.filter(stale, pk=token.pk).update(last_used_at=now)
             token.last_used_at = now
         return token
 

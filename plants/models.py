@@ -30,26 +30,15 @@ class Plant(models.Model):
 
 class ApiTokenQuerySet(models.QuerySet):
     def by_digest(self, digest: str) -> "ApiToken | None":
-        """The token with this digest, or None: from the connection's token cache when it may
-        answer (PostgreSQL, see plants.token_cache), else in one SELECT whose SQL is built once.
+        """The token with this digest, or None, read from the database on every call.
 
-        Every API request looks its token up, and building the query through the ORM each
-        time cost more than the database round trip (profiled for BENCHMARKS.md). The SQL and
-        the column types are the ORM's own, compiled once per database, so they follow the model.
-        Only the columns authentication reads are loaded (AUTHENTICATION_FIELDS); the others
-        are deferred.
+        Every API request looks its token up, so a revoked or expired token is refused from the
+        first request that starts after the change commits. Building the query through the ORM
+        each time cost more than the database round trip (profiled for BENCHMARKS.md), so the
+        SQL and the column types are the ORM's own, compiled once per database: they follow
+        the model. Only the columns authentication reads are loaded (AUTHENTICATION_FIELDS).
         """
         connection = connections[self.db]
-        # Only plants.postgresql connections keep tokens; token_cache() says when they may answer.
-        cache = connection.token_cache() if hasattr(connection, "token_cache") else None
-        if cache is not None and (token := cache.get(digest)) is not None:
-            return token
-        token = self._fetch_by_digest(connection, digest)
-        if cache is not None and token is not None:
-            cache.add(digest, token)
-        return token
-
-    def _fetch_by_digest(self, connection, digest: str) -> "ApiToken | None":
         sql, columns, attnames = _select_by_digest(self.db)
         with connection.cursor() as cursor:
             cursor.execute(sql, [digest])

@@ -163,9 +163,6 @@ if PLANTS_THROTTLE_RATE and not re.fullmatch(r"\d+/(s|sec|second|m|min|minute|h|
         f"PLANTS_THROTTLE_RATE must look like 600/minute (per second, minute, hour or day), "
         f"not {PLANTS_THROTTLE_RATE!r}."
     )
-# PostgreSQL: each persistent connection keeps the API tokens it has read, told of every change
-# by LISTEN/NOTIFY (plants/token_cache.py). Needs session pooling if a pooler sits in between.
-PLANTS_TOKEN_CACHE = env_bool("PLANTS_TOKEN_CACHE", default=True)
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024  # admin forms; the API has its own, smaller cap
 
 if redis_url := os.environ.get("REDIS_URL"):

@@ -1,4 +1,9 @@
-"""Shared fixtures: an API client, an issued token, and its Authorization header."""
+"""Shared fixtures (an API client, an issued token, live servers) and the suite's rules on skips.
+
+A skipped test did not pass: the run fails if any test skips. Tests that need PostgreSQL (marked
+`postgres`, or using a live server on the test database) are deselected on SQLite (counted in the
+summary) and run in `make test-postgres`.
+"""
 
 import json
 
@@ -7,7 +12,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from plants.services import token_issue
-from tests.live import LiveGunicorn, LiveRedis, database_url
+from tests.live import LiveGunicorn, LivePgBouncer, LiveRedis, database_url
 
 
 @pytest.fixture
@@ -43,15 +48,46 @@ def post_plant(api_client, auth_headers):
     return post
 
 
+# Live servers share the test database, which only PostgreSQL's tests can (SQLite's is in memory).
+NEEDS_POSTGRESQL = {"gunicorn", "pgbouncer"}
+skipped: list[str] = []
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if NEEDS_POSTGRESQL & set(item.fixturenames):
+            item.add_marker(pytest.mark.postgres)
+    if connection.vendor == "postgresql":
+        return
+    deselected = [item for item in items if item.get_closest_marker("postgres")]
+    config.hook.pytest_deselected(items=deselected)
+    items[:] = [item for item in items if not item.get_closest_marker("postgres")]
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped:
+        skipped.append(report.nodeid)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if skipped and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter):
+    if skipped:
+        terminalreporter.write_line(f"FAILED: {len(skipped)} test(s) skipped; a skipped test did not pass:", red=True)
+        for nodeid in skipped:
+            terminalreporter.write_line(f"  {nodeid}")
+
+
 @pytest.fixture
 def gunicorn(transactional_db, tmp_path):
     """Start gunicorn servers on the test database: `server = gunicorn(**environment)`."""
-    if connection.vendor != "postgresql":
-        pytest.skip("gunicorn shares the test database only on PostgreSQL (SQLite's is in memory)")
     servers = []
 
     def start(**env) -> LiveGunicorn:
-        server = LiveGunicorn(tmp_path, DATABASE_URL=database_url(connection.settings_dict), **env)
+        server = LiveGunicorn(tmp_path, **{"DATABASE_URL": database_url(connection.settings_dict), **env})
         servers.append(server)
         return server.start()
 
@@ -63,5 +99,13 @@ def gunicorn(transactional_db, tmp_path):
 @pytest.fixture
 def redis_server():
     server = LiveRedis().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pgbouncer(transactional_db):
+    """A PgBouncer pooling by transaction in front of the test database (PostgreSQL only)."""
+    server = LivePgBouncer(connection.settings_dict).start()
     yield server
     server.stop()

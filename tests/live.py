@@ -1,4 +1,4 @@
-"""Live servers for tests that need real processes (gunicorn, redis-server), and for make bench."""
+"""Live servers for tests that need real processes (gunicorn, redis-server, pgbouncer), and for make bench."""
 
 import http.client
 import json
@@ -8,6 +8,8 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -55,6 +57,50 @@ def create_many(url: str, token: str, ids, name: str, threads: int = 8) -> list[
     with ThreadPoolExecutor(max_workers=threads) as pool:
         answers = pool.map(lambda plant_id: request(f"{url}/plants", {"id": plant_id, "name": name}, token), ids)
         return [(status, text) for status, _, text in answers]
+
+
+class Load:
+    """Clients creating unique plants (ids 1, 2, …) until stopped or `limit`; remembers every answer."""
+
+    def __init__(self, url: str, token: str, clients: int = 6, limit: int = 100_000):
+        self.url, self.token, self.limit = url, token, limit
+        # (id, status, content type, text, when the request was sent)
+        self.answers: list[tuple[int, int | None, str, str, float]] = []
+        self.stopped = threading.Event()
+        self.lock = threading.Lock()
+        self.next_id = 0
+        self.threads = [threading.Thread(target=self.run) for _ in range(clients)]
+
+    def take_id(self) -> int | None:
+        with self.lock:
+            self.next_id += 1
+            return self.next_id if self.next_id <= self.limit else None
+
+    def run(self):
+        while not self.stopped.is_set() and (plant_id := self.take_id()) is not None:
+            sent = time.monotonic()
+            status, headers, text = request(self.url, {"id": plant_id, "name": f"load-{plant_id}"}, self.token)
+            content_type = headers.get("Content-Type", "") if headers else ""
+            with self.lock:
+                self.answers.append((plant_id, status, content_type, text, sent))
+
+    def __enter__(self):
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stopped.set()
+        for thread in self.threads:
+            thread.join(timeout=60)
+
+    def wait_for(self, count: int, timeout: float = 60):
+        deadline = time.monotonic() + timeout
+        while len(self.answers) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def ids_with(self, status) -> set[int]:
+        return {plant_id for plant_id, answer_status, *_ in self.answers if answer_status == status}
 
 
 def wait_until_healthy(url: str, process: subprocess.Popen, timeout: float, expected: int = 200) -> bool:
@@ -154,3 +200,74 @@ class LiveRedis:
         if self.process:
             self.process.terminate()
             self.process.wait(timeout=10)
+
+
+def as_unprivileged_user() -> dict:
+    """Popen arguments that drop root (servers such as pgbouncer refuse it) to `postgres`."""
+    return {"user": "postgres", "group": "postgres"} if os.geteuid() == 0 else {}
+
+
+class LivePgBouncer:
+    """A throwaway PgBouncer on a loopback port, pooling by transaction in front of the PostgreSQL
+    server of `settings_dict` (a unix socket, as scripts/with-postgres serves it)."""
+
+    def __init__(self, settings_dict: dict, pool_mode: str = "transaction"):
+        self.port = free_port()
+        # Its own folder: pytest's are private to root, and pgbouncer runs as another user.
+        self.work_dir = work_dir = Path(tempfile.mkdtemp(prefix="plantstore-pgbouncer."))
+        self.database = settings_dict["NAME"]
+        self.url = f"postgres://{quote(settings_dict['USER'] or 'postgres')}@127.0.0.1:{self.port}/{self.database}"
+        backend = f"host={settings_dict['HOST']} port={settings_dict['PORT'] or 5432} dbname={self.database}"
+        self.config = work_dir / "pgbouncer.ini"
+        self.config.write_text(
+            f"""[databases]
+{self.database} = {backend}
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = {self.port}
+unix_socket_dir =
+auth_type = trust
+auth_file = {work_dir / "userlist.txt"}
+pool_mode = {pool_mode}
+max_client_conn = 500
+default_pool_size = 20
+logfile = {work_dir / "pgbouncer.log"}
+pidfile = {work_dir / "pgbouncer.pid"}
+ignore_startup_parameters = extra_float_digits,options
+"""
+        )
+        (work_dir / "userlist.txt").write_text(f'"{settings_dict["USER"] or "postgres"}" ""\n')
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "LivePgBouncer":
+        binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+        if not Path(binary).exists():
+            raise RuntimeError("pgbouncer is not installed (Debian package pgbouncer)")
+        if os.geteuid() == 0:
+            shutil.chown(self.work_dir, "postgres", "postgres")
+        self.process = subprocess.Popen(
+            [binary, str(self.config)],
+            stdout=subprocess.DEVNULL,
+            stderr=(self.work_dir / "stderr.log").open("wb"),
+            **as_unprivileged_user(),
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                break
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"pgbouncer did not start: {self.log()}")
+
+    def log(self) -> str:
+        logs = [self.work_dir / "stderr.log", self.work_dir / "pgbouncer.log"]
+        return "".join(path.read_text(errors="replace") for path in logs if path.exists())
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+        shutil.rmtree(self.work_dir, ignore_errors=True)

@@ -162,7 +162,7 @@ def test_admin_login_without_csrf_token_is_refused():
     assert response.json()["error"] == 40300
 
 
-@pytest.mark.skipif(connection.vendor != "postgresql", reason="the row estimate is PostgreSQL's")
+@pytest.mark.postgres  # the row estimate is PostgreSQL's
 def test_large_plant_list_pages_without_counting_every_row(admin_client):
     with connection.cursor() as cursor:
         cursor.execute(

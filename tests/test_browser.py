@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import User
+from playwright.sync_api import sync_playwright
 
 from plants.models import ApiToken, Plant
 from tests.live import ROOT, request
@@ -24,8 +25,6 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}")
 
 
 @pytest.fixture
@@ -46,8 +45,7 @@ def browser_page(monkeypatch):
     # Playwright's sync API keeps an event loop running in this thread; the ORM calls the test
     # makes between browser steps are still plain synchronous ones, so Django may allow them.
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as playwright:
+    with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         context = browser.new_context()
         outside = []

@@ -3,16 +3,14 @@
 import os
 import signal
 import subprocess
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from threading import Barrier
 
-import pytest
 from django.db import connection
 
 from plants.models import Plant
-from tests.live import create_many, request
+from tests.live import Load, create_many, request
 
 RACERS = 24
 DUPLICATE_77 = '{"error":40003,"message":"A plant with id 77 already exists with a different name or tag."}'
@@ -52,50 +50,6 @@ def test_identical_concurrent_retries_all_get_200_and_store_one_plant(gunicorn, 
     assert list(Plant.objects.values_list("id", "name", "tag")) == [(78, "Retry", "same")]
 
 
-class Load:
-    """Clients creating unique plants until stopped; remembers every answer."""
-
-    def __init__(self, url: str, token: str, clients: int = 6, limit: int = 100_000):
-        self.url, self.token, self.limit = url, token, limit
-        # (id, status, content type, text, when the request was sent)
-        self.answers: list[tuple[int, int | None, str, str, float]] = []
-        self.stopped = threading.Event()
-        self.lock = threading.Lock()
-        self.next_id = 0
-        self.threads = [threading.Thread(target=self.run) for _ in range(clients)]
-
-    def take_id(self) -> int | None:
-        with self.lock:
-            self.next_id += 1
-            return self.next_id if self.next_id <= self.limit else None
-
-    def run(self):
-        while not self.stopped.is_set() and (plant_id := self.take_id()) is not None:
-            sent = time.monotonic()
-            status, headers, text = request(self.url, {"id": plant_id, "name": f"load-{plant_id}"}, self.token)
-            content_type = headers.get("Content-Type", "") if headers else ""
-            with self.lock:
-                self.answers.append((plant_id, status, content_type, text, sent))
-
-    def __enter__(self):
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stopped.set()
-        for thread in self.threads:
-            thread.join(timeout=60)
-
-    def wait_for(self, count: int, timeout: float = 60):
-        deadline = time.monotonic() + timeout
-        while len(self.answers) < count and time.monotonic() < deadline:
-            time.sleep(0.01)
-
-    def ids_with(self, status) -> set[int]:
-        return {plant_id for plant_id, answer_status, *_ in self.answers if answer_status == status}
-
-
 def assert_every_answer_is_json(load: Load):
     answered = [answer for answer in load.answers if answer[1] is not None]
     assert answered
@@ -128,7 +82,6 @@ def pg_ctl(action: str) -> None:
     subprocess.run(command, check=True, capture_output=True, timeout=60)
 
 
-@pytest.mark.skipif("PLANTSTORE_PGDATA" not in os.environ, reason="needs the server of scripts/with-postgres")
 def test_service_answers_json_during_a_postgres_restart_and_recovers(gunicorn, token):
     server = gunicorn(GUNICORN_WORKERS="2", GUNICORN_THREADS="4")
 
@@ -156,7 +109,6 @@ def test_service_answers_json_during_a_postgres_restart_and_recovers(gunicorn, t
     assert load.ids_with(200) <= set(Plant.objects.values_list("id", flat=True))
 
 
-@pytest.mark.skipif("PLANTSTORE_PGDATA" not in os.environ, reason="needs the server of scripts/with-postgres")
 def test_connections_idle_across_a_postgres_restart_are_replaced_before_use(gunicorn, token):
     server = gunicorn(GUNICORN_WORKERS="2", GUNICORN_THREADS="4")
     warm = create_many(server.url, token, range(200), "warm")  # gives every server thread a connection

@@ -1,0 +1,73 @@
+"""Persistent PostgreSQL connections: health-checked before reuse without a query of their own."""
+
+import os
+import resource
+import select
+
+import pytest
+from django.db import connection
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def terminate_from_another_session(backend_pid: int) -> None:
+    other = connection.copy()
+    try:
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [backend_pid])
+    finally:
+        other.close()
+
+
+def wait_until_readable(fileno: int) -> None:
+    poller = select.poll()
+    poller.register(fileno, select.POLLIN)
+    assert poller.poll(10_000), "the server's goodbye never arrived"
+
+
+def test_idle_connection_is_usable_and_checked_without_a_query(django_assert_num_queries):
+    connection.ensure_connection()
+
+    with django_assert_num_queries(0):
+        assert connection.is_usable()
+
+
+def test_connection_ended_by_the_server_is_replaced_before_the_next_request_uses_it(post_plant):
+    assert post_plant({"id": 1, "name": "Fern"}).status_code == 200
+    session = connection.connection
+
+    terminate_from_another_session(session.info.backend_pid)
+    wait_until_readable(session.fileno())
+
+    assert not connection.is_usable()
+    connection.close_if_unusable_or_obsolete()  # what Django does as a request starts
+    assert post_plant({"id": 2, "name": "Fern"}).status_code == 200
+    assert connection.connection is not session
+
+
+@pytest.fixture
+def many_open_files():
+    """Open files until the next descriptor is numbered above 1024 (select() cannot watch those)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 4096)), hard))
+    opened = []
+    while not opened or opened[-1] < 1100:
+        opened.append(os.open(os.devnull, os.O_RDONLY))
+    yield
+    for descriptor in opened:
+        os.close(descriptor)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_health_check_works_on_a_socket_numbered_above_1024(many_open_files, post_plant):
+    connection.close()
+    assert post_plant({"id": 1, "name": "Fern"}).status_code == 200
+    session = connection.connection
+    assert session.fileno() > 1024
+
+    assert connection.is_usable()
+    terminate_from_another_session(session.info.backend_pid)
+    wait_until_readable(session.fileno())
+    assert not connection.is_usable()
+    connection.close_if_unusable_or_obsolete()
+    assert post_plant({"id": 2, "name": "Fern"}).status_code == 200
