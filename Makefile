@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .DEFAULT_GOAL := help
-.PHONY: help run serve bench test lint format test-sqlite test-postgres test-contract system-packages clean schema
+.PHONY: help run serve bench test lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -37,25 +37,30 @@ serve: $(VENV)/.runtime ## production path: migrate, collectstatic, gunicorn (ne
 	$(PYTHON) manage.py collectstatic --no-input -v 0
 	$(VENV)/bin/gunicorn -c gunicorn.conf.py plantstore_site.wsgi
 
-test: lint test-contract test-sqlite test-postgres ## lint, fuzz the contract, then the suite on SQLite and PostgreSQL
+test: lint test-contract coverage-erase test-sqlite test-postgres coverage ## lint, fuzz the contract, the suite on SQLite and PostgreSQL, coverage
 
 system-packages: ## install the Debian packages the tests need, if missing (PostgreSQL, Redis, Chromium)
 	scripts/debian-packages postgresql redis-server chromium
 
-lint: $(VENV)/.dev ## ruff lint and format check, and no model change without a migration
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
+lint: $(VENV)/.dev ## the pre-commit hooks on every file (ruff, no keys, no conflict markers), and no model change without a migration
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pre-commit run --all-files --show-diff-on-failure
 	DJANGO_DEBUG=1 $(PYTHON) manage.py makemigrations --check --dry-run
 
 format: $(VENV)/.dev ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-test-sqlite: $(VENV)/.dev system-packages ## the test suite on SQLite (the embedded default)
-	env -u DATABASE_URL $(VENV)/bin/pytest $(PYTEST_ARGS)
+test-sqlite: $(VENV)/.dev system-packages ## the test suite on SQLite (the embedded default); PostgreSQL-only tests deselected
+	env -u DATABASE_URL $(VENV)/bin/pytest --cov --cov-append --cov-report= --cov-fail-under=0 $(PYTEST_ARGS)
 
-test-postgres: $(VENV)/.dev system-packages ## the test suite on a throwaway PostgreSQL server (scripts/with-postgres)
-	scripts/with-postgres $(VENV)/bin/pytest $(PYTEST_ARGS)
+test-postgres: $(VENV)/.dev system-packages ## the whole test suite on a throwaway PostgreSQL server (scripts/with-postgres)
+	scripts/with-postgres $(VENV)/bin/pytest --cov --cov-append --cov-report= --cov-fail-under=0 $(PYTEST_ARGS)
+
+coverage-erase: $(VENV)/.dev ## forget the coverage of earlier runs
+	$(VENV)/bin/coverage erase
+
+coverage: $(VENV)/.dev ## branch coverage of plants/ by the suites run since coverage-erase; fails below the floor
+	$(VENV)/bin/coverage report
 
 test-contract: $(VENV)/.dev system-packages ## schemathesis against a live gunicorn on a throwaway PostgreSQL, using /openapi.json
 	scripts/with-postgres scripts/contract-test
@@ -66,7 +71,7 @@ bench: $(VENV)/.dev ## benchmark POST /plants against a bare Django view (wrk, P
 		scripts/with-postgres $(PYTHON) -m bench.run
 
 clean: ## remove the venv, caches, test artefacts and the local SQLite database
-	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts staticfiles db.sqlite3
+	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts staticfiles db.sqlite3 .coverage .coverage.*
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
 schema: $(VENV)/.dev ## regenerate openapi.yaml from the views and serializers (review the diff)

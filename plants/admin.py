@@ -12,7 +12,7 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
-from plants.models import ApiToken, Plant
+from plants.models import ApiToken, Plant, TokenStatus
 from plants.services import token_issue, tokens_revoke
 
 # Below this many rows an exact COUNT(*) is cheap enough; above it an unfiltered list uses
@@ -64,14 +64,14 @@ class TokenStatusFilter(admin.SimpleListFilter):
     parameter_name = "status"
 
     def lookups(self, request, model_admin):
-        return [("active", "Active"), ("expired", "Expired"), ("revoked", "Revoked")]
+        return TokenStatus.choices
 
     def queryset(self, request, queryset):
-        if self.value() == "active":
+        if self.value() == TokenStatus.ACTIVE:
             return queryset.active()
-        if self.value() == "expired":
+        if self.value() == TokenStatus.EXPIRED:
             return queryset.expired()
-        if self.value() == "revoked":
+        if self.value() == TokenStatus.REVOKED:
             return queryset.revoked()
         return queryset
 
@@ -83,7 +83,11 @@ class IssueTokenForm(forms.Form):
     )
 
 
-STATUS_STYLES = {"active": "color: #1a7f37", "expired": "color: #9a6700", "revoked": "color: #cf222e"}
+STATUS_STYLES = {
+    TokenStatus.ACTIVE: "color: #1a7f37",
+    TokenStatus.EXPIRED: "color: #9a6700",
+    TokenStatus.REVOKED: "color: #cf222e",
+}
 
 
 @admin.register(ApiToken)

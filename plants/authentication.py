@@ -7,7 +7,7 @@ from django.utils import timezone
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 
 from plants.exceptions import InvalidToken, MalformedCredentials
-from plants.models import ApiToken
+from plants.models import ApiToken, TokenStatus
 from plants.tokens import MAX_TOKEN_LENGTH, token_digest
 
 # last_used_at is written at most this often per token, so the hot path stays one SELECT and the INSERT.
@@ -48,9 +48,9 @@ class BearerTokenAuthentication(BaseAuthentication):
             raise InvalidToken("The token is not valid.")
         now = timezone.now()
         status = token.status(now)
-        if status == "revoked":
+        if status == TokenStatus.REVOKED:
             raise InvalidToken("The token has been revoked.")
-        if status == "expired":
+        if status == TokenStatus.EXPIRED:
             raise InvalidToken("The token has expired.")
         if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
             # Conditional, so that workers reading the same stale value write it once between them.

@@ -28,6 +28,14 @@ class Plant(models.Model):
         return f"{self.name} (#{self.id})"
 
 
+class TokenStatus(models.TextChoices):
+    """Where a token stands: only an active one authenticates."""
+
+    ACTIVE = "active"
+    EXPIRED = "expired"
+    REVOKED = "revoked"
+
+
 class ApiTokenQuerySet(models.QuerySet):
     def by_digest(self, digest: str) -> "ApiToken | None":
         """The token with this digest, or None, read from the database on every call.
@@ -90,13 +98,13 @@ class ApiToken(models.Model):
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
 
-    def status(self, now=None) -> str:
+    def status(self, now=None) -> TokenStatus:
         now = now or timezone.now()
         if self.revoked_at is not None:
-            return "revoked"
+            return TokenStatus.REVOKED
         if self.expires_at is not None and self.expires_at <= now:
-            return "expired"
-        return "active"
+            return TokenStatus.EXPIRED
+        return TokenStatus.ACTIVE
 
 
 # What authenticating a request reads of its token (with the primary key).

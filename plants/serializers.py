@@ -60,16 +60,11 @@ class NewPlantSerializer(serializers.Serializer):
         return values
 
 
-class PlantSerializer(serializers.Serializer):
-    """The stored plant: `{"id": 1, "name": "Monstera", "tag": "aroid"}`, `tag` only when it has one."""
+class PlantSerializer(NewPlantSerializer):
+    """The stored plant: `{"id": 1, "name": "Monstera", "tag": "aroid"}`, `tag` only when it has one.
 
-    id = serializers.IntegerField(
-        min_value=INT64_MIN, max_value=INT64_MAX, help_text="Identification number of the plant"
-    )
-    name = serializers.CharField(max_length=PLANT_NAME_MAX_LENGTH, help_text="The name of the plant")
-    tag = serializers.CharField(
-        max_length=PLANT_TAG_MAX_LENGTH, required=False, help_text="Tag that specifies the type of the plant"
-    )
+    The fields and their rules are NewPlant's: a plant is stored exactly as it was sent.
+    """
 
     def to_representation(self, instance: Plant) -> dict:
         return plant_representation(instance)

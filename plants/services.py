@@ -4,6 +4,7 @@ from contextlib import nullcontext
 from datetime import timedelta
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from plants.exceptions import DuplicatePlantId
@@ -49,11 +50,9 @@ def token_issue(*, name: str, expires_in: timedelta | None = None) -> tuple[ApiT
     return token, secret
 
 
-def token_revoke(*, name: str) -> int:
-    """Revoke every active token of that name; return how many were revoked."""
-    return tokens_revoke(tokens=ApiToken.objects.filter(name=name))
+def tokens_revoke(*, tokens: QuerySet[ApiToken]) -> int:
+    """Revoke the active tokens among `tokens`; return how many were revoked.
 
-
-def tokens_revoke(*, tokens) -> int:
-    """Revoke the active tokens among `tokens` (a queryset); return how many were revoked."""
+    Each is refused from the first request that starts after this commits (README, Tokens).
+    """
     return tokens.active().update(revoked_at=timezone.now())

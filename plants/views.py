@@ -27,10 +27,12 @@ class PlantViewSet(mixins.CreateModelMixin, viewsets.GenericViewSet):
 
 
 def read_json_object(request) -> dict:
-    """The parsed body; a missing Content-Type is 415 and an empty body is MALFORMED_BODY."""
-    media_type = request_media_type(request)
-    if media_type != "application/json":
-        raise UnsupportedMediaType(media_type or "(none)")
+    """The parsed body; a missing Content-Type is 415 and an empty body is MALFORMED_BODY.
+
+    The media type is the negotiator's rule, asked here too because DRF parses no empty body.
+    """
+    if request.negotiator.select_parser(request, request.parsers) is None:
+        raise UnsupportedMediaType(request_media_type(request) or "(none)")
     if request.stream is None:
         raise MalformedBody("The body is empty; send a NewPlant JSON object.")
     return request.data

@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 from plants.models import ApiToken, Plant
-from plants.services import token_issue, token_revoke
+from plants.services import token_issue, tokens_revoke
 
 pytestmark = pytest.mark.django_db
 
@@ -58,7 +58,7 @@ def test_overlong_token_returns_401_invalid_token(api_client, db):
 def test_revoked_token_returns_401_on_the_next_request(api_client, token, auth_headers):
     assert post(api_client, auth_headers["HTTP_AUTHORIZATION"]).status_code == 200
 
-    token_revoke(name="test-client")
+    tokens_revoke(tokens=ApiToken.objects.filter(name="test-client"))
     response = post(api_client, f"Bearer {token}", body='{"id": 2, "name": "Tulip"}')
 
     assert response.status_code == 401
@@ -79,14 +79,18 @@ def test_expired_token_returns_401_invalid_token(api_client):
 def test_token_before_its_expiry_is_accepted(api_client):
     _, secret = token_issue(name="long-lived", expires_in=timedelta(days=1))
 
-    assert post(api_client, f"Bearer {secret}").status_code == 200
+    response = post(api_client, f"Bearer {secret}")
+
+    assert (response.status_code, response.json()) == (200, {"id": 1, "name": "Rose"})
+    assert list(Plant.objects.values_list("id", "name")) == [(1, "Rose")]
 
 
 @pytest.mark.parametrize("scheme", ["bearer", "BEARER", "BeArEr"])
 def test_scheme_name_is_case_insensitive(api_client, token, scheme):
     response = post(api_client, f"{scheme} {token}")
 
-    assert response.status_code == 200
+    assert (response.status_code, response.json()) == (200, {"id": 1, "name": "Rose"})
+    assert list(Plant.objects.values_list("id", "name")) == [(1, "Rose")]
 
 
 def test_unauthenticated_request_with_broken_body_returns_401_not_400(api_client):

@@ -58,7 +58,8 @@ def test_body_not_sent_as_json_returns_415(post_plant, content_type, shown):
 def test_json_with_charset_parameter_is_accepted(post_plant):
     response = post_plant({"id": 1, "name": "Rose"}, content_type="application/json; charset=utf-8")
 
-    assert response.status_code == 200
+    assert (response.status_code, response.json()) == (200, {"id": 1, "name": "Rose"})
+    assert list(Plant.objects.values_list("id", "name", "tag")) == [(1, "Rose", None)]
 
 
 def test_body_over_the_cap_returns_413_and_stores_nothing(post_plant, settings):

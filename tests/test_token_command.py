@@ -5,7 +5,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from plants.models import ApiToken
+from plants.models import ApiToken, Plant
 from plants.tokens import token_digest
 
 pytestmark = pytest.mark.django_db
@@ -36,7 +36,8 @@ def test_issued_token_authenticates_a_create(api_client):
         "/plants", {"id": 1, "name": "Rose"}, format="json", HTTP_AUTHORIZATION=f"Bearer {secret}"
     )
 
-    assert response.status_code == 200
+    assert (response.status_code, response.json()) == (200, {"id": 1, "name": "Rose"})
+    assert list(Plant.objects.values_list("id", "name")) == [(1, "Rose")]
 
 
 def test_issue_with_expiry_sets_expires_at_days_ahead():

@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from plants.models import ApiToken
-from plants.services import token_issue, token_revoke
+from plants.services import token_issue, tokens_revoke
 
 
 class Command(BaseCommand):
@@ -36,7 +36,7 @@ class Command(BaseCommand):
         self.stdout.write(secret)
 
     def handle_revoke(self, *, name: str, **options):
-        revoked = token_revoke(name=name)
+        revoked = tokens_revoke(tokens=ApiToken.objects.filter(name=name))
         if not revoked:
             raise CommandError(f"No active token named {name!r}.")
         self.stderr.write(f"Revoked {revoked} token(s) named {name!r}.")
