@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .DEFAULT_GOAL := help
-.PHONY: help run serve bench test lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase
+.PHONY: help run serve bench test lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -69,6 +69,9 @@ bench: $(VENV)/.dev ## benchmark POST /plants against a bare Django view (wrk, P
 	scripts/debian-packages postgresql wrk
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
 		scripts/with-postgres $(PYTHON) -m bench.run
+
+mutants: $(VENV)/.dev ## plant hand-made bugs in the rules (scripts/mutants.py); fails if the suite misses one
+	$(PYTHON) scripts/mutants.py
 
 clean: ## remove the venv, caches, test artefacts and the local SQLite database
 	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts staticfiles db.sqlite3 .coverage .coverage.*

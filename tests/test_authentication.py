@@ -138,3 +138,9 @@ def test_only_a_digest_of_the_token_is_stored(issued_token):
     assert len(secret) >= 48
     assert not any(secret in str(value) for value in row.values())
     assert row["prefix"] == secret[:12]
+
+
+def test_bearer_token_with_non_ascii_characters_returns_401_malformed(api_client, db):
+    response = post(api_client, "Bearer plnt_caf\u00e9")
+
+    assert_refused(response, MALFORMED, CHALLENGE)

@@ -5,6 +5,7 @@ import json
 import pytest
 from django.db import OperationalError
 from django.test import Client
+from rest_framework.exceptions import APIException
 
 from plants.models import Plant
 
@@ -132,6 +133,18 @@ def test_unexpected_exception_returns_500_error_body_and_is_logged(api_client, p
 
     assert_error(response, 500, 50000, "Internal server error; it has been logged.")
     assert "boom" in caplog.text
+
+
+def test_unexpected_api_exception_returns_500_internal_error_body(post_plant, monkeypatch):
+    def fail(**kwargs):
+        raise APIException()  # a DRF error of no kind the catalog names: its status decides
+
+    monkeypatch.setattr("plants.views.plant_create", fail)
+
+    response = post_plant({"id": 1, "name": "Rose"})
+
+    assert_error(response, 500, 50000, "A server error occurred.")
+    assert Plant.objects.count() == 0
 
 
 def test_database_outage_during_create_returns_503_error_body(post_plant, monkeypatch):

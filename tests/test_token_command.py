@@ -65,6 +65,17 @@ def test_revoke_revokes_every_active_token_of_the_name_only():
     assert sorted(ApiToken.objects.active().values_list("name", flat=True)) == ["other"]
 
 
+def test_revoke_leaves_tokens_revoked_earlier_as_they_were():
+    run("issue", "ci")
+    run("revoke", "ci")
+    first_revoked_at = ApiToken.objects.get().revoked_at
+
+    with pytest.raises(CommandError, match="No active token named 'ci'"):
+        run("revoke", "ci")
+
+    assert ApiToken.objects.get().revoked_at == first_revoked_at
+
+
 def test_revoke_of_unknown_name_fails():
     with pytest.raises(CommandError, match="No active token named 'nobody'"):
         run("revoke", "nobody")

@@ -108,3 +108,12 @@ def test_unknown_field_is_reported_beside_other_field_errors(post_plant):
         response,
         {"id": ["Must be a JSON integer."], "colour": ["Unknown field; a NewPlant has only id, name and tag."]},
     )
+
+
+def test_strings_are_stored_exactly_as_sent(post_plant):
+    body = {"id": 1, "name": "  Monstera deliciosa ", "tag": "\taroid\n"}
+
+    response = post_plant(body)
+
+    assert (response.status_code, response.json()) == (200, body)
+    assert list(Plant.objects.values_list("id", "name", "tag")) == [(1, "  Monstera deliciosa ", "\taroid\n")]

@@ -1,0 +1,166 @@
+"""`make mutants`: plant hand-made bugs in the service's rules and check that the suite catches each.
+
+Each mutant is one small edit (a negated condition, a swapped comparison, a removed raise) to
+a copy of the tracked tree; the in-process suite (SQLite, browser tests aside) then runs
+against that copy and must fail. Prints a line per mutant and the score; exits non-zero if
+any mutant survived. The score is recorded in README's development section.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# (file, what the code says, the bug planted instead, what the bug is)
+MUTANTS = [
+    (
+        "plants/authentication.py",
+        "parts[0].lower() != self.keyword",
+        "parts[0].lower() == self.keyword",
+        "the scheme check negated",
+    ),
+    ("plants/authentication.py", "if len(parts) != 2:", "if len(parts) > 2:", "Bearer with no token let through"),
+    (
+        "plants/authentication.py",
+        "        if token is None:\n            raise InvalidToken",
+        "        if token is None and False:\n            raise InvalidToken",
+        "unknown tokens not refused",
+    ),
+    (
+        "plants/authentication.py",
+        'raise InvalidToken("The token has been revoked.")',
+        "pass",
+        "revoked tokens accepted",
+    ),
+    ("plants/authentication.py", 'raise InvalidToken("The token has expired.")', "pass", "expired tokens accepted"),
+    (
+        "plants/authentication.py",
+        "now - token.last_used_at >= LAST_USED_RESOLUTION",
+        "now - token.last_used_at < LAST_USED_RESOLUTION",
+        "last use recorded on the wrong requests",
+    ),
+    (
+        "plants/authentication.py",
+        "raise MalformedCredentials() from None",
+        "return None",
+        "a non-ASCII token passed on to other authenticators",
+    ),
+    ("plants/models.py", "self.expires_at <= now", "self.expires_at >= now", "expiry compared the wrong way"),
+    (
+        "plants/models.py",
+        "models.Q(expires_at__gt=now)",
+        "models.Q(expires_at__lt=now)",
+        "active() keeps expired tokens",
+    ),
+    ("plants/serializers.py", "if type(data) is not int:", "if not isinstance(data, int):", "booleans accepted as ids"),
+    ("plants/serializers.py", "        if not data.strip():", "        if not data:", "white-space names accepted"),
+    ("plants/serializers.py", "min_value=INT64_MIN,", "min_value=INT64_MIN - 1,", "ids below int64 accepted"),
+    (
+        "plants/serializers.py",
+        "        if unknown:\n            raise",
+        "        if False:\n            raise",
+        "unknown fields dropped silently",
+    ),
+    ("plants/serializers.py", "trim_whitespace=False", "trim_whitespace=True", "strings not stored as sent"),
+    (
+        "plants/services.py",
+        "if (stored.name, stored.tag) == (name, tag):",
+        "if stored.name == name:",
+        "a retry with another tag taken for the same create",
+    ),
+    ("plants/services.py", "raise DuplicatePlantId(id) from None", "return stored", "duplicates answered 200"),
+    (
+        "plants/services.py",
+        "return tokens.active().update(",
+        "return tokens.update(",
+        "revoking rewrites revoked_at of revoked tokens",
+    ),
+    (
+        "plants/exceptions.py",
+        "isinstance(exc, (OperationalError, InterfaceError))",
+        "isinstance(exc, InterfaceError)",
+        "a database outage answered 500, not 503",
+    ),
+    (
+        "plants/exceptions.py",
+        """response["WWW-Authenticate"] += f', error="{bearer_error}"'""",
+        "pass",
+        "no invalid_token in the challenge",
+    ),
+    (
+        "plants/exceptions.py",
+        "    error_code = ErrorCode.MALFORMED_CREDENTIALS",
+        "    error_code = ErrorCode.INVALID_TOKEN",
+        "wrong code for a malformed header",
+    ),
+    ("plants/exceptions.py", "if exc.status_code >= 500", "if exc.status_code > 500", "503s coded as 400s"),
+    ("plants/parsers.py", "if len(raw) > limit:", "if len(raw) > limit + 1:", "bodies one byte over the cap read"),
+    (
+        "plants/parsers.py",
+        "if not isinstance(data, dict):",
+        "if isinstance(data, list):",
+        "JSON scalars taken for objects",
+    ),
+    ("plants/parsers.py", "parse_constant=_reject_constant", "parse_constant=float", "NaN and Infinity accepted"),
+    ("plants/views.py", "status=status.HTTP_200_OK", "status=status.HTTP_201_CREATED", "201, not the contract's 200"),
+    (
+        "plants/views.py",
+        "    if request.stream is None:\n",
+        "    if request.stream is None and False:\n",
+        "an empty body reaches the serializer",
+    ),
+    (
+        "plants/middleware.py",
+        "if SAFE_REQUEST_ID.fullmatch(incoming)",
+        "if SAFE_REQUEST_ID.match(incoming)",
+        "request ids with newlines echoed",
+    ),
+]
+
+PYTEST = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--ignore=tests/test_browser.py"]
+
+
+def tracked_copy() -> Path:
+    copy = Path(tempfile.mkdtemp(prefix="plantstore-mutants."))
+    files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True, capture_output=True).stdout
+    for name in filter(None, files.decode().split("\0")):
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, copy / name)
+    return copy
+
+
+def main() -> int:
+    copy = tracked_copy()
+    env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
+    survivors = []
+    try:
+        if subprocess.run(PYTEST, cwd=copy, env=env, capture_output=True).returncode != 0:
+            print("mutants: the suite fails without any mutant; fix that first")
+            return 2
+        for number, (name, original, mutated, bug) in enumerate(MUTANTS, 1):
+            path = copy / name
+            source = path.read_text()
+            if source.count(original) != 1:
+                print(f"mutants: {name} no longer says {original!r} exactly once; update the mutant")
+                return 2
+            path.write_text(source.replace(original, mutated))
+            try:
+                caught = subprocess.run(PYTEST, cwd=copy, env=env, capture_output=True).returncode != 0
+            finally:
+                path.write_text(source)
+            print(f"{number:2} {'caught  ' if caught else 'SURVIVED'} {name}: {bug}", flush=True)
+            if not caught:
+                survivors.append(bug)
+    finally:
+        shutil.rmtree(copy)
+    caught = len(MUTANTS) - len(survivors)
+    print(f"mutation score: {caught}/{len(MUTANTS)} caught ({100 * caught / len(MUTANTS):.0f}%)")
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
