@@ -58,4 +58,4 @@ def test_make_serve_migrates_collects_static_and_serves_through_nginx_with_one_l
     log.seek(0)
     output = log.read()
     assert "manage.py migrate" in output
-    assert output.count('/no-such-page') == 1  # the app's request log line; gunicorn's access log is off
+    assert output.count("/no-such-page") == 1  # the app's request log line; gunicorn's access log is off
