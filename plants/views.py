@@ -77,13 +77,13 @@ def server_error(request):
     return error_response(ErrorCode.INTERNAL_ERROR, "Internal server error; it has been logged.", 500)
 
 
-def client_ip(request) -> str:
+def client_ip(request) -> str | None:
     """The client's address, for the admin's login throttle.
 
     Behind make serve's nginx, gunicorn listens on a unix socket (REMOTE_ADDR empty) and nginx
     sets X-Real-IP, replacing any the client sent; on TCP, the peer's address.
     """
-    return request.META.get("REMOTE_ADDR") or request.META.get("HTTP_X_REAL_IP") or "unknown"
+    return request.META.get("REMOTE_ADDR") or request.META.get("HTTP_X_REAL_IP") or None
 
 
 def login_locked_out(request, credentials, *args, **kwargs):
