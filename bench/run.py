@@ -59,6 +59,28 @@ a round does not decide it.
 """
 
 
+# Measured by hand (not by this script) when nginx went in front of gunicorn; kept in the report.
+EDGE_NOTES = """## The edge: nginx in front of gunicorn (`make serve`)
+
+Measured by hand on this machine (2 cores, 2026-11-23), `GET /healthz` on SQLite, `wrk -t2 -c16 -d6s`,
+two runs each, gunicorn 5 workers × 2 threads (gthread); the slow-client and error-page rows are
+`tests/test_edge.py` (2 workers × 2 threads).
+
+| | gunicorn alone | nginx in front (chosen) |
+|---|---|---|
+| requests/s (two runs) | 1044, 2751 | 1899, 1858 |
+| latency mean | 15.4 ms, 6.9 ms | 12.7 ms, 9.4 ms |
+| 60 slow-header + 20 slow-body connections open | every create waits for them (issue #12) | 12 creates, each 200 in < 2 s |
+| 70 KB header, 20 KB URL, `Content-Length: -1`, `Transfer-Encoding: gzip` | gunicorn's HTML pages | Error bodies 431, 414, 400, 501 |
+| keep-alive load across 2 workers | one worker may take every connection | each worker ≥ 25 % of the CPU (test) |
+
+nginx costs some peak throughput against a lucky round of gunicorn alone, and removes the unlucky
+rounds: nginx opens a new connection to gunicorn's unix socket per request, so no worker keeps a
+client. granian (a Rust front end) was not measured for lack of time; sync workers behind nginx
+were not measured either (gthread behind nginx already passes the balance test).
+"""
+
+
 def manage(*args: str, env: dict) -> str:
     return subprocess.run(
         [sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True
@@ -232,6 +254,7 @@ def report(rounds: dict, peak_rss: float) -> None:
         *summary,
         "",
         PROFILE_NOTES,
+        EDGE_NOTES,
     ]
     (ROOT / "BENCHMARKS.md").write_text("\n".join(document))
     if bare["non_2xx"] or bare["socket_errors"]:
