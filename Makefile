@@ -32,15 +32,16 @@ run: $(VENV)/.runtime ## set up .venv, migrate, and serve on 127.0.0.1:$PORT (de
 	@echo
 	DJANGO_DEBUG=1 $(PYTHON) manage.py runserver 127.0.0.1:$(PORT)
 
-serve: $(VENV)/.runtime ## production path: migrate, collectstatic, gunicorn (needs DJANGO_SECRET_KEY; DATABASE_URL)
+serve: $(VENV)/.runtime ## production path: migrate, collectstatic, nginx in front of gunicorn (needs DJANGO_SECRET_KEY; DATABASE_URL)
+	scripts/debian-packages nginx
 	$(PYTHON) manage.py migrate --no-input
 	$(PYTHON) manage.py collectstatic --no-input -v 0
-	$(VENV)/bin/gunicorn -c gunicorn.conf.py plantstore_site.wsgi
+	exec $(PYTHON) deploy/serve.py
 
 test: lint test-contract coverage-erase test-sqlite test-postgres coverage ## lint, fuzz the contract, the suite on SQLite and PostgreSQL, coverage
 
-system-packages: ## install the Debian packages the tests need, if missing (PostgreSQL, Redis, Chromium)
-	scripts/debian-packages postgresql redis-server chromium
+system-packages: ## install the Debian packages the tests need, if missing (PostgreSQL, Redis, Chromium, nginx)
+	scripts/debian-packages postgresql redis-server chromium nginx
 
 lint: $(VENV)/.dev ## the pre-commit hooks on every file (ruff, no keys, no conflict markers), and no model change without a migration
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pre-commit run --all-files --show-diff-on-failure
@@ -66,7 +67,7 @@ test-contract: $(VENV)/.dev system-packages ## schemathesis against a live gunic
 	scripts/with-postgres scripts/contract-test
 
 bench: $(VENV)/.dev ## benchmark POST /plants against a bare Django view (wrk, PostgreSQL); writes BENCHMARKS.md
-	scripts/debian-packages postgresql wrk
+	scripts/debian-packages postgresql wrk nginx
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
 		scripts/with-postgres $(PYTHON) -m bench.run
 

@@ -14,9 +14,9 @@ keepalive = 5
 # Recycle workers now and then so a slow leak can never grow without bound.
 max_requests = int(os.environ.get("GUNICORN_MAX_REQUESTS", 20000))
 max_requests_jitter = 2000
-# One line per request from the server itself (never a header or a body), beside the app's log.
-accesslog = os.environ.get("GUNICORN_ACCESS_LOG", "-")
-access_log_format = '%(h)s "%(m)s %(U)s" %(s)s %(B)s %(M)sms rid=%({x-request-id}o)s'
+# No access log: the app logs one JSON line per request (plants.requests), with the client's
+# path JSON-escaped; gunicorn's would log each request twice, its path unescaped.
+accesslog = None
 errorlog = "-"
 loglevel = os.environ.get("GUNICORN_LOG_LEVEL", "info")
 forwarded_allow_ips = os.environ.get("GUNICORN_FORWARDED_ALLOW_IPS", "127.0.0.1")

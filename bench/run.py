@@ -58,7 +58,6 @@ ENV = {
     "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
     # Throttling stays on, at a rate the load never reaches, so its cost is measured.
     "PLANTS_THROTTLE_RATE": "100000000/second",
-    "GUNICORN_ACCESS_LOG": "/dev/null",
     # No worker recycling: a worker's restart would charge one round with its boot.
     "GUNICORN_MAX_REQUESTS": "0",
 }

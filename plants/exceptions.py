@@ -34,6 +34,13 @@ class ErrorCode(IntEnum):
     THROTTLED = 42900
     INTERNAL_ERROR = 50000
     SERVICE_UNAVAILABLE = 50300
+    # The HTTP layer's own refusals: nginx's (deploy/nginx.conf), and the app's 411 for a chunked
+    # body that reached gunicorn without nginx in front.
+    REQUEST_TIMEOUT = 40800
+    LENGTH_REQUIRED = 41100
+    URI_TOO_LONG = 41400
+    HEADERS_TOO_LARGE = 43100
+    NOT_IMPLEMENTED = 50100
 
 
 ERROR_CODE_DESCRIPTIONS = {
@@ -54,6 +61,11 @@ ERROR_CODE_DESCRIPTIONS = {
     ErrorCode.THROTTLED: "Too many requests with this token; retry after the Retry-After header's seconds.",
     ErrorCode.INTERNAL_ERROR: "An unexpected error in the service; it is logged, and nothing was stored.",
     ErrorCode.SERVICE_UNAVAILABLE: "The database cannot be reached; retry later.",
+    ErrorCode.REQUEST_TIMEOUT: "The request's headers or body were not sent in time.",
+    ErrorCode.LENGTH_REQUIRED: "A body was sent without a Content-Length the server can use.",
+    ErrorCode.URI_TOO_LONG: "The request line (method, path and query) is longer than 8 KiB.",
+    ErrorCode.HEADERS_TOO_LARGE: "A request header is longer than 8 KiB, or all of them together than 32 KiB.",
+    ErrorCode.NOT_IMPLEMENTED: "The request uses a Transfer-Encoding other than chunked.",
 }
 
 
@@ -95,6 +107,12 @@ class BodyTooLarge(ApiError):
 
     def __init__(self, limit: int):
         super().__init__(f"The body is larger than {limit} bytes.")
+
+
+class LengthRequired(ApiError):
+    status_code = status.HTTP_411_LENGTH_REQUIRED
+    error_code = ErrorCode.LENGTH_REQUIRED
+    default_detail = "A chunked body is not read here; send it with a Content-Length."
 
 
 class InvalidToken(exceptions.AuthenticationFailed):

@@ -79,6 +79,7 @@ create_plant_schema = extend_schema(
             ErrorCode.INVALID_TOKEN,
             ErrorCode.MALFORMED_CREDENTIALS,
         ),
+        411: _error("A chunked body reached the app without nginx in front.", ErrorCode.LENGTH_REQUIRED),
         413: _error("The body is too large.", ErrorCode.BODY_TOO_LARGE),
         415: _error("The body is not application/json.", ErrorCode.UNSUPPORTED_MEDIA_TYPE),
         429: _error("Too many requests with this token.", ErrorCode.THROTTLED),

@@ -1,12 +1,14 @@
 """HTTP views: the create-only plant endpoint, the health check, and JSON error handlers."""
 
+from django.conf import settings
 from django.db import DatabaseError, connection
 from django.http import JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import mixins, status, viewsets
 from rest_framework.exceptions import UnsupportedMediaType
 from rest_framework.response import Response
 
-from plants.exceptions import ErrorCode, MalformedBody, error_response
+from plants.exceptions import ErrorCode, LengthRequired, MalformedBody, error_response
 from plants.negotiation import request_media_type
 from plants.schema import create_plant_schema
 from plants.serializers import NewPlantSerializer, plant_representation
@@ -33,11 +35,16 @@ def read_json_object(request) -> dict:
     """
     if request.negotiator.select_parser(request, request.parsers) is None:
         raise UnsupportedMediaType(request_media_type(request) or "(none)")
+    if "HTTP_TRANSFER_ENCODING" in request.META and not request.META.get("CONTENT_LENGTH"):
+        # Django reads only Content-Length bodies: a chunked one would look empty. nginx (make
+        # serve) de-chunks bodies, so this is gunicorn without it in front.
+        raise LengthRequired()
     if request.stream is None:
         raise MalformedBody("The body is empty; send a NewPlant JSON object.")
     return request.data
 
 
+@csrf_exempt  # no cookies, no side effects: every method other than GET and HEAD is a plain 405
 def health(request):
     """GET /healthz: 200 when the database answers a query, 503 with an Error body when not."""
     if request.method not in ("GET", "HEAD"):
@@ -70,3 +77,24 @@ def page_not_found(request, exception=None):
 
 def server_error(request):
     return error_response(ErrorCode.INTERNAL_ERROR, "Internal server error; it has been logged.", 500)
+
+
+def client_ip(request) -> str | None:
+    """The client's address, for the admin's login throttle.
+
+    Behind make serve's nginx, gunicorn listens on a unix socket (REMOTE_ADDR empty) and nginx
+    sets X-Real-IP, replacing any the client sent; on TCP, the peer's address.
+    """
+    return request.META.get("REMOTE_ADDR") or request.META.get("HTTP_X_REAL_IP") or None
+
+
+def login_locked_out(request, credentials, *args, **kwargs):
+    """django-axes' answer once a user name or an address has too many failed admin logins."""
+    seconds = int(settings.AXES_COOLOFF_TIME.total_seconds())
+    response = error_response(
+        ErrorCode.THROTTLED,
+        f"Too many failed logins for this user or from this address; try again in {seconds // 60} minutes.",
+        429,
+    )
+    response["Retry-After"] = str(seconds)
+    return response

@@ -2,6 +2,7 @@
 
 import os
 import re
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -58,6 +59,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "axes",
     "plants",
 ]
 
@@ -71,7 +73,18 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes requires
 ]
+
+# Admin logins: django-axes counts failures per user name and per client address (each on its
+# own), in the database so every worker and server shares them, and refuses both for a while.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env_int("PLANTS_ADMIN_LOGIN_FAILURES", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("PLANTS_ADMIN_LOCKOUT_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "plants.views.client_ip"
+AXES_LOCKOUT_CALLABLE = "plants.views.login_locked_out"
 
 ROOT_URLCONF = "plantstore_site.urls"
 CSRF_FAILURE_VIEW = "plants.views.csrf_failure"
@@ -203,13 +216,24 @@ SPECTACULAR_SETTINGS = {
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {
+            "()": "plants.log_format.OneLineFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        }
+    },
+    "filters": {"client_error": {"()": "plants.log_format.ClientErrorFilter"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+        "client_errors": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["client_error"]},
+    },
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
         "plants.requests": {"handlers": ["console"], "level": "INFO", "propagate": False},
         "plants": {"handlers": ["console"], "level": os.environ.get("PLANTS_LOG_LEVEL", "INFO"), "propagate": False},
         # Our request log replaces Django's per-request warnings ("Not Found: /x").
         "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
+        # A disallowed Host or admin lookup is the client's mistake: one WARNING line, no traceback.
+        "django.security": {"handlers": ["client_errors"], "level": "WARNING", "propagate": False},
     },
 }

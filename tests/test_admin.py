@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db
 def admin_client(db) -> Client:
     User.objects.create_superuser("admin", "admin@example.com", "a-long-admin-password")
     client = Client()
-    client.login(username="admin", password="a-long-admin-password")
+    client.force_login(User.objects.get(username="admin"))
     return client
 
 
@@ -197,3 +197,58 @@ def test_token_status_filter_lists_each_token_under_its_status(admin_client, sta
 
     assert re.findall(r'<th class="field-name"><a href="[^"]+">([^<]+)</a>', response.text) == expected
     assert [token.name for token in ApiToken.objects.all() if token.status() == status] == expected
+
+
+def test_token_list_refuses_any_filter_on_the_digest(admin_client):
+    token, _ = token_issue(name="billing")
+
+    for lookup in ["digest__startswith", "digest", "digest__gt"]:
+        response = admin_client.get("/admin/plants/apitoken/", {lookup: token.digest[:1]})
+
+        assert (response.status_code, response.json()) == (400, {"error": 40000, "message": "Bad request."})
+
+
+def admin_login(client: Client, username: str, password: str, address: str = "10.0.0.1"):
+    client.get("/admin/login/", REMOTE_ADDR=address)
+    form = {"username": username, "password": password, "csrfmiddlewaretoken": client.cookies["csrftoken"].value}
+    return client.post("/admin/login/?next=/admin/", form, REMOTE_ADDR=address)
+
+
+@pytest.fixture
+def operator(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.AXES_FAILURE_LIMIT = 3
+    return User.objects.create_superuser("operator", "op@example.com", "the-right-password")
+
+
+def assert_locked_out(response):
+    assert response.status_code == 429
+    assert response["Retry-After"] == "900"
+    assert response.json() == {
+        "error": 42900,
+        "message": "Too many failed logins for this user or from this address; try again in 15 minutes.",
+    }
+
+
+def test_admin_login_locks_a_user_name_after_failures_from_any_address(operator):
+    client = Client(enforce_csrf_checks=True)
+    for attempt in range(2):
+        assert admin_login(client, "operator", f"guess-{attempt}", address=f"10.0.0.{attempt}").status_code == 200
+    assert_locked_out(admin_login(client, "operator", "guess-2", address="10.0.0.2"))  # the 3rd failure
+
+    # Even the right password, from a fresh address, is refused while the user is locked.
+    assert_locked_out(admin_login(client, "operator", "the-right-password", address="10.9.9.9"))
+    assert "_auth_user_id" not in client.session
+
+
+def test_admin_login_locks_an_address_after_failures_on_any_user_names(operator):
+    client = Client(enforce_csrf_checks=True)
+    for attempt in range(2):
+        assert admin_login(client, f"nobody-{attempt}", "guess", address="10.0.0.7").status_code == 200
+    assert_locked_out(admin_login(client, "nobody-2", "guess", address="10.0.0.7"))
+
+    assert_locked_out(admin_login(client, "operator", "the-right-password", address="10.0.0.7"))
+    # Another address may still log in as the operator.
+    assert (
+        admin_login(Client(enforce_csrf_checks=True), "operator", "the-right-password", "10.0.0.8").status_code == 302
+    )

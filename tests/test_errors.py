@@ -33,8 +33,31 @@ def assert_error(response, status: int, code: int, message: str):
         ('"Rose"', "The body must be a JSON object (a NewPlant)."),
         ("null", "The body must be a JSON object (a NewPlant)."),
         ("", "The body is empty; send a NewPlant JSON object."),
+        ('{"id": 1, "name": "a", "id": 2}', 'The body has the key "id" more than once.'),
+        ('{"id": 1, "name": "Rose", "tag": {"a": 1, "a": 2}}', 'The body has the key "a" more than once.'),
+        ("[" * 1000 + "]" * 1000, "The body nests arrays or objects more than 32 deep."),
+        ('{"id": 1, "name": ' + "[" * 2000, "The body nests arrays or objects more than 32 deep."),
+        (
+            '{"id": 1, "name": "Rose", "tag": ' + '{"a":' * 33 + "1" + "}" * 33 + "}",
+            "The body nests arrays or objects more than 32 deep.",
+        ),
     ],
-    ids=["truncated", "trailing-data", "nan", "infinity", "not-utf8", "array", "string", "null", "empty"],
+    ids=[
+        "truncated",
+        "trailing-data",
+        "nan",
+        "infinity",
+        "not-utf8",
+        "array",
+        "string",
+        "null",
+        "empty",
+        "duplicate-key",
+        "nested-duplicate-key",
+        "nested-1000-deep",
+        "unclosed-2000-deep",
+        "object-33-deep",
+    ],
 )
 def test_malformed_body_returns_400_malformed_body_and_stores_nothing(post_plant, body, message):
     assert_error(post_plant(body), 400, 40001, message)
@@ -53,6 +76,21 @@ def test_body_not_sent_as_json_returns_415(post_plant, content_type, shown):
     response = post_plant('{"id": 1, "name": "Rose"}', content_type=content_type)
 
     assert_error(response, 415, 41500, f'Unsupported media type "{shown}" in request.')
+    assert Plant.objects.count() == 0
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting(post_plant):
+    response = post_plant({"id": 1, "name": "[" * 100 + "{" * 100, "tag": '"]}\\'})
+
+    assert response.status_code == 200
+    assert response.json() == {"id": 1, "name": "[" * 100 + "{" * 100, "tag": '"]}\\'}
+
+
+def test_chunked_body_without_nginx_in_front_returns_411(post_plant):
+    # gunicorn on its own hands Django a chunked body that Django cannot read: refused, not "empty".
+    response = post_plant("", HTTP_TRANSFER_ENCODING="chunked")
+
+    assert_error(response, 411, 41100, "A chunked body is not read here; send it with a Content-Length.")
     assert Plant.objects.count() == 0
 
 
@@ -156,3 +194,11 @@ def test_database_outage_during_create_returns_503_error_body(post_plant, monkey
     response = post_plant({"id": 1, "name": "Rose"})
 
     assert_error(response, 503, 50300, "The service cannot reach its database; retry later.")
+
+
+def test_disallowed_host_logs_one_warning_line_without_traceback(caplog):
+    Client().get("/healthz", HTTP_HOST="evil.example")
+
+    records = [record for record in caplog.records if record.name.startswith("django.security")]
+    assert [(record.levelname, record.exc_info) for record in records] == [("WARNING", None)]
+    assert "Invalid HTTP_HOST header: 'evil.example'" in records[0].getMessage()

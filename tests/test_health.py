@@ -36,3 +36,11 @@ def test_unreachable_database_gives_503_error_bodies_not_html(tmp_path):
     assert health[2] == '{"error": 50300, "message": "The database does not answer."}'
     assert (create[0], create[1]["Content-Type"]) == (503, "application/json")
     assert create[2] == '{"error":50300,"message":"The service cannot reach its database; retry later."}'
+
+
+@pytest.mark.django_db
+def test_health_post_is_405_even_with_csrf_checks_on():
+    response = Client(enforce_csrf_checks=True).post("/healthz")
+
+    assert response.status_code == 405
+    assert response.json() == {"error": 40500, "message": "Method POST not allowed."}

@@ -84,9 +84,9 @@ def test_create_operation_documents_every_status_it_answers(schema):
         "$ref": "#/components/schemas/NewPlant"
     }
     responses = operation["responses"]
-    assert sorted(responses) == ["200", "400", "401", "413", "415", "429", "500", "503"]
+    assert sorted(responses) == ["200", "400", "401", "411", "413", "415", "429", "500", "503"]
     assert responses["200"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Plant"}
-    for status in ["400", "401", "413", "415", "429", "500", "503"]:
+    for status in ["400", "401", "411", "413", "415", "429", "500", "503"]:
         assert responses[status]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}
     assert "40003" in responses["400"]["description"]
     assert "Retry-After" in responses["429"]["headers"]

@@ -75,16 +75,22 @@ def test_name_or_tag_over_length_bound_returns_400(post_plant, field, limit):
     assert_invalid(post_plant(body), {field: [f"Ensure this field has no more than {limit} characters."]})
 
 
+def raw_body_with(field: str, raw_value: str) -> str:
+    """A NewPlant as JSON text, with `field` set to `raw_value` as written (escapes kept)."""
+    fields = {"id": "1", "name": '"Rose"', field: raw_value}
+    return "{" + ", ".join(f'"{name}": {value}' for name, value in fields.items()) + "}"
+
+
 @pytest.mark.parametrize("field", ["name", "tag"])
 def test_nul_character_returns_400(post_plant, field):
-    response = post_plant('{"id": 1, "name": "Rose", "%s": "bad\\u0000value"}' % field)
+    response = post_plant(raw_body_with(field, '"bad\\u0000value"'))
 
     assert_invalid(response, {field: ["Null characters are not allowed."]})
 
 
 @pytest.mark.parametrize("field", ["name", "tag"])
 def test_lone_surrogate_returns_400(post_plant, field):
-    response = post_plant('{"id": 1, "name": "Rose", "%s": "bad\\ud800value"}' % field)
+    response = post_plant(raw_body_with(field, '"bad\\ud800value"'))
 
     assert_invalid(response, {field: ["Surrogate characters are not allowed: U+D800."]})
 

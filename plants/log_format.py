@@ -1,0 +1,31 @@
+"""Log formatting: every record is one line, and the client's mistakes are warnings, not errors."""
+
+import logging
+
+# Every character that str.splitlines() (and so many log viewers) takes for a line break.
+LINE_BREAKS = {ord(char): f"\\x{ord(char):02x}" for char in "\n\r\x0b\x0c\x1c\x1d\x1e\x85"} | {
+    0x2028: "\\u2028",
+    0x2029: "\\u2029",
+}
+
+
+class OneLineFormatter(logging.Formatter):
+    """Escapes line breaks in messages, so no request can start a log line of its own.
+
+    Messages may quote what a client sent (a path, a Host header); a traceback, which only our
+    own code raises, keeps its lines.
+    """
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return super().formatMessage(record).translate(LINE_BREAKS)
+
+
+class ClientErrorFilter(logging.Filter):
+    """For django.security's records (a disallowed Host, a refused admin lookup): the client's
+    error, already answered with a 400, so a one-line WARNING without the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.WARNING:
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        record.exc_info = record.exc_text = None
+        return True
