@@ -26,7 +26,6 @@ class RequestLogMiddleware:
         started = time.perf_counter()
         incoming = request.headers.get(REQUEST_ID_HEADER, "")
         request_id = incoming if SAFE_REQUEST_ID.fullmatch(incoming) else uuid.uuid4().hex
-        request.request_id = request_id
         response = self.get_response(request)
         response[REQUEST_ID_HEADER] = request_id
         auth = getattr(request, "auth", None)  # DRF copies the authenticated ApiToken here

@@ -65,7 +65,12 @@ MUTANTS = [
         "        if False:\n            raise",
         "unknown fields dropped silently",
     ),
-    ("plants/serializers.py", "trim_whitespace=False", "trim_whitespace=True", "strings not stored as sent"),
+    (
+        "plants/serializers.py",
+        "        if not isinstance(data, str):",
+        "        if isinstance(data, (list, dict)):",
+        "numbers and null taken for strings",
+    ),
     (
         "plants/services.py",
         "if (stored.name, stored.tag) == (name, tag):",
