@@ -39,8 +39,8 @@ serve: $(VENV)/.runtime ## production path: migrate, collectstatic, gunicorn (ne
 
 test: lint test-contract test-sqlite test-postgres ## lint, fuzz the contract, then the suite on SQLite and PostgreSQL
 
-system-packages: ## install the Debian packages the tests need, if missing (PostgreSQL, Redis, Chromium)
-	scripts/debian-packages postgresql redis-server chromium
+system-packages: ## install the Debian packages the tests need, if missing (PostgreSQL, PgBouncer, Redis, HAProxy, Prometheus, Chromium)
+	scripts/debian-packages postgresql pgbouncer redis-server haproxy prometheus chromium
 
 lint: $(VENV)/.dev ## ruff lint and format check, and no model change without a migration
 	$(VENV)/bin/ruff check .

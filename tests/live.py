@@ -1,4 +1,5 @@
-"""Live servers for tests that need real processes (gunicorn, redis-server, pgbouncer), and for make bench."""
+"""Live servers for tests that need real processes (gunicorn, redis-server, pgbouncer, haproxy, prometheus),
+for make bench and for make cluster."""
 
 import http.client
 import json
@@ -15,10 +16,18 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from urllib.parse import quote
+from string import Template
+from urllib.parse import quote, urlencode
 
 ROOT = Path(__file__).resolve().parent.parent
 GUNICORN = Path(sys.executable).parent / "gunicorn"
+DEPLOY = ROOT / "deploy" / "cluster"
+
+
+def render(template: Path, destination: Path, **values: str) -> Path:
+    """Write a deploy/cluster template with its $NAMEs filled in (a missing one is an error)."""
+    destination.write_text(Template(template.read_text()).substitute(values))
+    return destination
 
 
 def free_port() -> int:
@@ -135,6 +144,8 @@ class LiveGunicorn:
             "GUNICORN_BIND": f"127.0.0.1:{self.port}",
             "GUNICORN_WORKERS": "2",
             "GUNICORN_THREADS": "4",
+            # Its own metrics folder, beside its log (gunicorn.conf.py empties it at start).
+            "PROMETHEUS_MULTIPROC_DIR": str(log_dir / f"metrics-{self.port}"),
             **env,
         }
         self.process: subprocess.Popen | None = None
@@ -270,4 +281,66 @@ ignore_startup_parameters = extra_float_digits,options
         if self.process and self.process.poll() is None:
             self.process.terminate()
             self.process.wait(timeout=10)
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+class LivePrometheus:
+    """A throwaway Prometheus (deploy/cluster/prometheus.yml) scraping `targets` every second with
+    the metrics token, its data in a temp dir."""
+
+    def __init__(self, targets: list[str], metrics_token: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.work_dir = work_dir = Path(tempfile.mkdtemp(prefix="plantstore-prometheus."))
+        token_file = work_dir / "metrics-token"
+        token_file.touch(mode=0o600)
+        token_file.write_text(metrics_token)
+        self.config = render(
+            DEPLOY / "prometheus.yml",
+            work_dir / "prometheus.yml",
+            SCRAPE_INTERVAL="1s",
+            TARGETS=json.dumps(targets),
+            METRICS_TOKEN_FILE=str(token_file),
+        )
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "LivePrometheus":
+        binary = shutil.which("prometheus")
+        if binary is None:
+            raise RuntimeError("prometheus is not installed (Debian package prometheus)")
+        self.process = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={self.config}",
+                f"--storage.tsdb.path={self.work_dir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=(self.work_dir / "prometheus.log").open("wb"),
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and self.process.poll() is None:
+            if request(f"{self.url}/-/ready", timeout=2)[0] == 200:
+                return self
+            time.sleep(0.2)
+        raise RuntimeError(f"prometheus did not start: {self.log()}")
+
+    def query(self, promql: str) -> dict[tuple, float]:
+        """An instant query's vector: {(label values, sorted by label name): value}."""
+        status, _, text = request(f"{self.url}/api/v1/query?{urlencode({'query': promql})}")
+        if status != 200:
+            raise RuntimeError(f"prometheus answered {status}: {text}")
+        return {
+            tuple(value for _, value in sorted(sample["metric"].items())): float(sample["value"][1])
+            for sample in json.loads(text)["data"]["result"]
+        }
+
+    def log(self) -> str:
+        path = self.work_dir / "prometheus.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=15)
         shutil.rmtree(self.work_dir, ignore_errors=True)
