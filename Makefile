@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .DEFAULT_GOAL := help
-.PHONY: help run serve bench test lint format test-sqlite test-postgres test-contract system-packages clean schema
+.PHONY: help run serve cluster bench test lint format test-sqlite test-postgres test-contract system-packages clean schema
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -36,6 +36,10 @@ serve: $(VENV)/.runtime ## production path: migrate, collectstatic, gunicorn (ne
 	$(PYTHON) manage.py migrate --no-input
 	$(PYTHON) manage.py collectstatic --no-input -v 0
 	$(VENV)/bin/gunicorn -c gunicorn.conf.py plantstore_site.wsgi
+
+cluster: $(VENV)/.runtime ## production's topology on one machine: HAProxy on $PORT, 2 gunicorns, PgBouncer, PostgreSQL, Redis (Ctrl-C stops all)
+	scripts/debian-packages postgresql pgbouncer redis-server haproxy
+	PORT=$(PORT) scripts/with-postgres $(PYTHON) scripts/cluster
 
 test: lint test-contract test-sqlite test-postgres ## lint, fuzz the contract, then the suite on SQLite and PostgreSQL
 
