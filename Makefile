@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .DEFAULT_GOAL := help
-.PHONY: help run serve cluster bench test lint format test-sqlite test-postgres test-contract system-packages clean schema
+.PHONY: help run serve cluster bench bench-cluster test lint format test-sqlite test-postgres test-contract system-packages clean schema
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -68,6 +68,10 @@ bench: $(VENV)/.dev ## benchmark POST /plants against a bare Django view (wrk, P
 	scripts/debian-packages postgresql wrk
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
 		scripts/with-postgres $(PYTHON) -m bench.run
+
+bench-cluster: $(VENV)/.dev ## creates/s through make cluster's HAProxy with one and with two app servers (wrk)
+	scripts/debian-packages postgresql pgbouncer redis-server haproxy wrk
+	scripts/with-postgres $(PYTHON) -m bench.cluster
 
 clean: ## remove the venv, caches, test artefacts and the local SQLite database
 	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts staticfiles db.sqlite3

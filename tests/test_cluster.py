@@ -11,6 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from django.db import connection
 
 from plants.models import Plant
 from tests.live import ROOT, LiveCluster, Load, create_many, request
@@ -28,8 +29,6 @@ UNAVAILABLE = [
 
 @pytest.fixture(scope="module")
 def cluster(django_db_setup, tmp_path_factory):
-    from django.db import connection
-
     live = LiveCluster(
         connection.settings_dict, tmp_path_factory.mktemp("cluster"), PLANTS_THROTTLE_RATE=f"{QUOTA}/hour"
     ).start()
