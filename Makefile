@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .DEFAULT_GOAL := help
-.PHONY: help run serve bench test lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
+.PHONY: help run serve cluster bench bench-cluster test lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -38,10 +38,14 @@ serve: $(VENV)/.runtime ## production path: migrate, collectstatic, nginx in fro
 	$(PYTHON) manage.py collectstatic --no-input -v 0
 	exec $(PYTHON) deploy/serve.py
 
+cluster: $(VENV)/.runtime ## production's topology on one machine: HAProxy on $PORT, 2 gunicorns, PgBouncer, PostgreSQL, Redis (Ctrl-C stops all)
+	scripts/debian-packages postgresql pgbouncer redis-server haproxy
+	PORT=$(PORT) scripts/with-postgres $(PYTHON) scripts/cluster
+
 test: lint test-contract coverage-erase test-sqlite test-postgres coverage ## lint, fuzz the contract, the suite on SQLite and PostgreSQL, coverage
 
-system-packages: ## install the Debian packages the tests need, if missing (PostgreSQL, Redis, Chromium, nginx)
-	scripts/debian-packages postgresql redis-server chromium nginx
+system-packages: ## install the Debian packages the tests need, if missing (PostgreSQL, PgBouncer, Redis, nginx, HAProxy, Prometheus, Chromium)
+	scripts/debian-packages postgresql pgbouncer redis-server nginx haproxy prometheus chromium
 
 lint: $(VENV)/.dev ## the pre-commit hooks on every file (ruff, no keys, no conflict markers), and no model change without a migration
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pre-commit run --all-files --show-diff-on-failure
@@ -70,6 +74,10 @@ bench: $(VENV)/.dev ## benchmark POST /plants against a bare Django view (wrk, P
 	scripts/debian-packages postgresql wrk nginx
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
 		scripts/with-postgres $(PYTHON) -m bench.run
+
+bench-cluster: $(VENV)/.dev ## creates/s through make cluster's HAProxy with one and with two app servers (wrk)
+	scripts/debian-packages postgresql pgbouncer redis-server haproxy wrk
+	scripts/with-postgres $(PYTHON) -m bench.cluster
 
 mutants: $(VENV)/.dev ## plant hand-made bugs in the rules (scripts/mutants.py); fails if the suite misses one
 	$(PYTHON) scripts/mutants.py

@@ -2,6 +2,9 @@
 
 import multiprocessing
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 bind = os.environ.get("GUNICORN_BIND", f"127.0.0.1:{os.environ.get('PORT', '8000')}")
 # The work is a short database round trip: a few sync-ish threads per process hide its latency.
@@ -25,3 +28,28 @@ control_socket_disable = True
 # Limits on the request line and headers; the body cap is the app's (PLANTS_MAX_BODY_BYTES).
 limit_request_line = 4094
 limit_request_fields = 50
+
+# Metrics (prometheus-client's multiprocess mode): each worker writes its samples to files in one
+# folder per server, and /metrics sums them. The folder must start empty, or a restarted server
+# would go on from its last run's counts; without PROMETHEUS_MULTIPROC_DIR this server makes its own.
+_own_metrics_dir = not os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+if _own_metrics_dir:
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="plantstore-metrics.")
+
+
+def on_starting(server):
+    metrics_dir = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+    metrics_dir.mkdir(parents=True, exist_ok=True)
+    for stale in metrics_dir.glob("*.db"):
+        stale.unlink()
+
+
+def child_exit(server, worker):
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)  # a dead worker's counts stay; only its live gauges go
+
+
+def on_exit(server):
+    if _own_metrics_dir:
+        shutil.rmtree(os.environ["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)

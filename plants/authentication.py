@@ -6,6 +6,7 @@ from django.db.models import Q
 from django.utils import timezone
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 
+from plants import metrics
 from plants.exceptions import InvalidToken, MalformedCredentials
 from plants.models import ApiToken, TokenStatus
 from plants.tokens import MAX_TOKEN_LENGTH, token_digest
@@ -30,28 +31,32 @@ class BearerTokenAuthentication(BaseAuthentication):
     def authenticate(self, request):
         parts = get_authorization_header(request).split()
         if not parts or parts[0].lower() != self.keyword:
+            # The API's only authenticator: this request ends as 401 UNAUTHENTICATED.
+            metrics.AUTH_FAILURE["missing"].inc()
             return None
         if len(parts) != 2:
+            metrics.AUTH_FAILURE["malformed"].inc()
             raise MalformedCredentials()
         try:
             secret = parts[1].decode("ascii")
         except UnicodeDecodeError:
+            metrics.AUTH_FAILURE["malformed"].inc()
             raise MalformedCredentials() from None
         token = self.authenticate_credentials(secret)
         return token, token
 
     def authenticate_credentials(self, secret: str) -> ApiToken:
-        if len(secret) > MAX_TOKEN_LENGTH:
-            raise InvalidToken("The token is not valid.")
-        token = ApiToken.objects.by_digest(token_digest(secret))
+        token = None if len(secret) > MAX_TOKEN_LENGTH else ApiToken.objects.by_digest(token_digest(secret))
         if token is None:
+            metrics.AUTH_FAILURE["unknown"].inc()
             raise InvalidToken("The token is not valid.")
         now = timezone.now()
         status = token.status(now)
-        if status == TokenStatus.REVOKED:
-            raise InvalidToken("The token has been revoked.")
-        if status == TokenStatus.EXPIRED:
-            raise InvalidToken("The token has expired.")
+        if status in (TokenStatus.REVOKED, TokenStatus.EXPIRED):
+            metrics.AUTH_FAILURE[status].inc()
+            raise InvalidToken(
+                "The token has been revoked." if status == TokenStatus.REVOKED else "The token has expired."
+            )
         if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
             # Conditional, so that workers reading the same stale value write it once between them.
             stale = Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)

@@ -9,6 +9,8 @@ from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
 
+from plants import metrics
+
 logger = logging.getLogger(__name__)
 
 
@@ -165,6 +167,7 @@ def _as_drf_exception(exc: Exception) -> Exception:
         return exceptions.PermissionDenied()
     if isinstance(exc, (OperationalError, InterfaceError)):
         logger.error("database unavailable: %s", exc.__class__.__name__, exc_info=exc)
+        metrics.DATABASE_ERROR["unavailable"].inc()
         return DatabaseUnavailable()
     return exc
 
@@ -187,11 +190,14 @@ def api_exception_handler(exc: Exception, context: dict):
     if response is None:
         if isinstance(exc, DatabaseError):
             logger.error("database error", exc_info=exc)
+            metrics.DATABASE_ERROR["other"].inc()
         return None  # unexpected: Django logs it and handler500 answers the Error body
     if isinstance(exc, exceptions.ValidationError) and error_code_for(exc) == ErrorCode.INVALID_FIELD:
         response.data = _validation_body(exc.detail)
     else:
         response.data = error_body(error_code_for(exc), str(exc.detail))
+    if isinstance(exc, exceptions.Throttled):
+        metrics.THROTTLED.inc()
     if bearer_error := getattr(exc, "bearer_error", None):
         if "WWW-Authenticate" in response:
             response["WWW-Authenticate"] += f', error="{bearer_error}"'

@@ -7,6 +7,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from plants import metrics
 from plants.exceptions import DuplicatePlantId
 from plants.models import ApiToken, Plant
 from plants.tokens import DISPLAY_PREFIX_LENGTH, generate_token, token_digest
@@ -20,14 +21,18 @@ def plant_create(*, id: int, name: str, tag: str | None = None) -> Plant:
     """
     try:
         with _savepoint_if_nested():
-            return Plant.objects.create(id=id, name=name, tag=tag)
+            plant = Plant.objects.create(id=id, name=name, tag=tag)
     except IntegrityError:
         stored = Plant.objects.filter(id=id).first()
         if stored is None:
             raise
         if (stored.name, stored.tag) == (name, tag):
+            metrics.CREATE_OUTCOME["retry"].inc()
             return stored  # the client lost our first answer and sent the same create again
+        metrics.CREATE_OUTCOME["duplicate"].inc()
         raise DuplicatePlantId(id) from None
+    metrics.CREATE_OUTCOME["created"].inc()
+    return plant
 
 
 def _savepoint_if_nested():

@@ -1,13 +1,16 @@
-"""HTTP views: the create-only plant endpoint, the health check, and JSON error handlers."""
+"""HTTP views: the create-only plant endpoint, the health check, metrics, and JSON error handlers."""
+
+import hmac
 
 from django.conf import settings
 from django.db import DatabaseError, connection
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import mixins, status, viewsets
 from rest_framework.exceptions import UnsupportedMediaType
 from rest_framework.response import Response
 
+from plants import metrics as service_metrics
 from plants.exceptions import ErrorCode, LengthRequired, MalformedBody, error_response
 from plants.negotiation import request_media_type
 from plants.schema import create_plant_schema
@@ -57,6 +60,30 @@ def health(request):
     except DatabaseError:
         return error_response(ErrorCode.SERVICE_UNAVAILABLE, "The database does not answer.", 503)
     return JsonResponse({"status": "ok"})
+
+
+def metrics(request):
+    """GET /metrics for Prometheus, behind its own bearer token (PLANTS_METRICS_TOKEN); 404 while unset.
+
+    Authorization: Bearer <PLANTS_METRICS_TOKEN>
+    """
+    expected = settings.PLANTS_METRICS_TOKEN
+    if not expected:
+        return page_not_found(request)
+    scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not credentials.strip():
+        response = error_response(ErrorCode.UNAUTHENTICATED, "Send the metrics token as a bearer token.", 401)
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    if not hmac.compare_digest(credentials.strip().encode(), expected.encode()):
+        response = error_response(ErrorCode.INVALID_TOKEN, "The metrics token is not valid.", 401)
+        response["WWW-Authenticate"] = 'Bearer realm="metrics", error="invalid_token"'
+        return response
+    if request.method not in ("GET", "HEAD"):
+        response = error_response(ErrorCode.METHOD_NOT_ALLOWED, f"Method {request.method} not allowed.", 405)
+        response["Allow"] = "GET, HEAD"
+        return response
+    return HttpResponse(service_metrics.exposition(), content_type=service_metrics.CONTENT_TYPE)
 
 
 def bad_request(request, exception=None):

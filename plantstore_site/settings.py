@@ -64,6 +64,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "plants.metrics.RequestMetricsMiddleware",  # first, so it times and counts every answer
     "plants.middleware.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -175,6 +176,13 @@ if PLANTS_THROTTLE_RATE and not re.fullmatch(r"\d+/(s|sec|second|m|min|minute|h|
     raise ImproperlyConfigured(
         f"PLANTS_THROTTLE_RATE must look like 600/minute (per second, minute, hour or day), "
         f"not {PLANTS_THROTTLE_RATE!r}."
+    )
+# /metrics answers only requests bearing this token (Prometheus' `authorization` setting); unset, it is a 404.
+PLANTS_METRICS_TOKEN = os.environ.get("PLANTS_METRICS_TOKEN", "")
+if PLANTS_METRICS_TOKEN and len(PLANTS_METRICS_TOKEN) < 32:
+    raise ImproperlyConfigured(
+        "PLANTS_METRICS_TOKEN must be at least 32 characters; generate one with: "
+        'python -c "import secrets; print(secrets.token_urlsafe(32))"'
     )
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024  # admin forms; the API has its own, smaller cap
 

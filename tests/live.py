@@ -1,4 +1,5 @@
-"""Live servers for tests that need real processes (gunicorn, redis-server, pgbouncer), and for make bench."""
+"""Live servers for tests that need real processes (gunicorn, redis-server, pgbouncer, haproxy, prometheus),
+for make bench and for make cluster."""
 
 import http.client
 import json
@@ -15,10 +16,18 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from urllib.parse import quote
+from string import Template
+from urllib.parse import quote, urlencode
 
 ROOT = Path(__file__).resolve().parent.parent
 GUNICORN = Path(sys.executable).parent / "gunicorn"
+DEPLOY = ROOT / "deploy" / "cluster"
+
+
+def render(template: Path, destination: Path, **values: str) -> Path:
+    """Write a deploy/cluster template with its $NAMEs filled in (a missing one is an error)."""
+    destination.write_text(Template(template.read_text()).substitute(values))
+    return destination
 
 
 def free_port() -> int:
@@ -60,10 +69,11 @@ def create_many(url: str, token: str, ids, name: str, threads: int = 8) -> list[
 
 
 class Load:
-    """Clients creating unique plants (ids 1, 2, …) until stopped or `limit`; remembers every answer."""
+    """Clients creating unique plants (ids 1, 2, …) until stopped or `limit`, each waiting `pause`
+    seconds between its requests; remembers every answer."""
 
-    def __init__(self, url: str, token: str, clients: int = 6, limit: int = 100_000):
-        self.url, self.token, self.limit = url, token, limit
+    def __init__(self, url: str, token: str, clients: int = 6, limit: int = 100_000, pause: float = 0):
+        self.url, self.token, self.limit, self.pause = url, token, limit, pause
         # (id, status, content type, text, when the request was sent)
         self.answers: list[tuple[int, int | None, str, str, float]] = []
         self.stopped = threading.Event()
@@ -83,6 +93,8 @@ class Load:
             content_type = headers.get("Content-Type", "") if headers else ""
             with self.lock:
                 self.answers.append((plant_id, status, content_type, text, sent))
+            if self.pause:
+                self.stopped.wait(self.pause)
 
     def __enter__(self):
         for thread in self.threads:
@@ -135,12 +147,14 @@ class LiveGunicorn:
             "GUNICORN_BIND": f"127.0.0.1:{self.port}",
             "GUNICORN_WORKERS": "2",
             "GUNICORN_THREADS": "4",
+            # Its own metrics folder, beside its log (gunicorn.conf.py empties it at start).
+            "PROMETHEUS_MULTIPROC_DIR": str(log_dir / f"metrics-{self.port}"),
             **env,
         }
         self.process: subprocess.Popen | None = None
 
     def start(self, expect_health: int = 200) -> "LiveGunicorn":
-        log = self.log_path.open("wb")
+        log = self.log_path.open("ab")
         self.process = subprocess.Popen(
             [str(GUNICORN), "-c", "gunicorn.conf.py", self.app],
             cwd=ROOT,
@@ -159,6 +173,12 @@ class LiveGunicorn:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def kill(self) -> None:
+        """SIGKILL the master and its workers at once, as a host dying would; start() brings it back."""
+        for pid in [self.process.pid, *self.worker_pids()]:
+            os.kill(pid, signal.SIGKILL)
+        self.process.wait()
+
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
@@ -170,7 +190,7 @@ class LiveGunicorn:
 
 
 class LiveRedis:
-    """A throwaway redis-server on a loopback port, keeping nothing on disk."""
+    """A throwaway redis-server (deploy/cluster/redis.conf) on a loopback port, keeping nothing on disk."""
 
     def __init__(self):
         self.port = free_port()
@@ -182,7 +202,7 @@ class LiveRedis:
         if binary is None:
             raise RuntimeError("redis-server is not installed (Debian package redis-server)")
         self.process = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            [binary, str(DEPLOY / "redis.conf"), "--port", str(self.port)],
             stdout=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 10
@@ -218,23 +238,14 @@ class LivePgBouncer:
         self.database = settings_dict["NAME"]
         self.url = f"postgres://{quote(settings_dict['USER'] or 'postgres')}@127.0.0.1:{self.port}/{self.database}"
         backend = f"host={settings_dict['HOST']} port={settings_dict['PORT'] or 5432} dbname={self.database}"
-        self.config = work_dir / "pgbouncer.ini"
-        self.config.write_text(
-            f"""[databases]
-{self.database} = {backend}
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = {self.port}
-unix_socket_dir =
-auth_type = trust
-auth_file = {work_dir / "userlist.txt"}
-pool_mode = {pool_mode}
-max_client_conn = 500
-default_pool_size = 20
-logfile = {work_dir / "pgbouncer.log"}
-pidfile = {work_dir / "pgbouncer.pid"}
-ignore_startup_parameters = extra_float_digits,options
-"""
+        self.config = render(
+            DEPLOY / "pgbouncer.ini",
+            work_dir / "pgbouncer.ini",
+            PORT=str(self.port),
+            DATABASE=self.database,
+            BACKEND=backend,
+            POOL_MODE=pool_mode,
+            WORK_DIR=str(work_dir),
         )
         (work_dir / "userlist.txt").write_text(f'"{settings_dict["USER"] or "postgres"}" ""\n')
         self.process: subprocess.Popen | None = None
@@ -266,8 +277,147 @@ ignore_startup_parameters = extra_float_digits,options
         logs = [self.work_dir / "stderr.log", self.work_dir / "pgbouncer.log"]
         return "".join(path.read_text(errors="replace") for path in logs if path.exists())
 
+    def terminate(self) -> None:
+        """Stop the process, keeping its folder, so that start() brings it back on the same port."""
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        self.terminate()
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+class LivePrometheus:
+    """A throwaway Prometheus (deploy/cluster/prometheus.yml) scraping `targets` every second with
+    the metrics token, its data in a temp dir."""
+
+    def __init__(self, targets: list[str], metrics_token: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.work_dir = work_dir = Path(tempfile.mkdtemp(prefix="plantstore-prometheus."))
+        token_file = work_dir / "metrics-token"
+        token_file.touch(mode=0o600)
+        token_file.write_text(metrics_token)
+        self.config = render(
+            DEPLOY / "prometheus.yml",
+            work_dir / "prometheus.yml",
+            SCRAPE_INTERVAL="1s",
+            TARGETS=json.dumps(targets),
+            METRICS_TOKEN_FILE=str(token_file),
+        )
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "LivePrometheus":
+        binary = shutil.which("prometheus")
+        if binary is None:
+            raise RuntimeError("prometheus is not installed (Debian package prometheus)")
+        self.process = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={self.config}",
+                f"--storage.tsdb.path={self.work_dir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=(self.work_dir / "prometheus.log").open("wb"),
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and self.process.poll() is None:
+            if request(f"{self.url}/-/ready", timeout=2)[0] == 200:
+                return self
+            time.sleep(0.2)
+        raise RuntimeError(f"prometheus did not start: {self.log()}")
+
+    def query(self, promql: str) -> dict[tuple, float]:
+        """An instant query's vector: {(label values, sorted by label name): value}."""
+        status, _, text = request(f"{self.url}/api/v1/query?{urlencode({'query': promql})}")
+        if status != 200:
+            raise RuntimeError(f"prometheus answered {status}: {text}")
+        return {
+            tuple(value for _, value in sorted(sample["metric"].items())): float(sample["value"][1])
+            for sample in json.loads(text)["data"]["result"]
+        }
+
+    def log(self) -> str:
+        path = self.work_dir / "prometheus.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=15)
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+class LiveHaproxy:
+    """HAProxy (deploy/cluster/haproxy.cfg) on `port`, balancing over the servers at `urls`."""
+
+    def __init__(self, port: int, urls: list[str], work_dir: Path):
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        servers = "".join(
+            f"    server app{number} {url.removeprefix('http://')} check\n" for number, url in enumerate(urls, 1)
+        )
+        self.config = render(
+            DEPLOY / "haproxy.cfg",
+            work_dir / "haproxy.cfg",
+            PORT=str(port),
+            SERVERS=servers,
+            ERRORS=str(DEPLOY / "errors"),
+        )
+        self.log_path = work_dir / "haproxy.log"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "LiveHaproxy":
+        binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
+        if not Path(binary).exists():
+            raise RuntimeError("haproxy is not installed (Debian package haproxy)")
+        self.process = subprocess.Popen(
+            [binary, "-db", "-f", str(self.config)], stdout=subprocess.DEVNULL, stderr=self.log_path.open("wb")
+        )
+        # Ready when every app server has passed its health check: /healthz through it answers 200.
+        if not wait_until_healthy(self.url, self.process, timeout=30):
+            raise RuntimeError(f"haproxy did not start: {self.log_path.read_text(errors='replace')}")
+        return self
+
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
             self.process.terminate()
             self.process.wait(timeout=10)
-        shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+class LiveCluster:
+    """`make cluster`'s topology on one machine, as it runs across hosts: HAProxy on `port` in front
+    of `app_servers` gunicorns (separate process trees), PgBouncer pooling by transaction in front
+    of the PostgreSQL of `settings_dict`, and Redis for the throttle counters they share."""
+
+    def __init__(self, settings_dict: dict, work_dir: Path, port: int | None = None, app_servers: int = 2, **env):
+        self.work_dir = work_dir
+        self.redis = LiveRedis()
+        self.pgbouncer = LivePgBouncer(settings_dict)
+        app_env = {
+            "DATABASE_URL": self.pgbouncer.url,
+            "DJANGO_DB_PREPARED_STATEMENTS": "0",  # PgBouncer 1.18 in transaction mode
+            "REDIS_URL": self.redis.url,
+            **env,
+        }
+        self.apps = [LiveGunicorn(work_dir, **app_env) for _ in range(app_servers)]
+        self.haproxy = LiveHaproxy(port or free_port(), [app.url for app in self.apps], work_dir)
+        self.url = self.haproxy.url
+
+    def start(self) -> "LiveCluster":
+        try:
+            self.redis.start()
+            self.pgbouncer.start()
+            with ThreadPoolExecutor(max_workers=len(self.apps)) as pool:
+                list(pool.map(LiveGunicorn.start, self.apps))
+            self.haproxy.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for server in [self.haproxy, *self.apps, self.pgbouncer, self.redis]:
+            server.stop()

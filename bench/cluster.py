@@ -1,0 +1,83 @@
+"""`make bench-cluster`: creates/s through HAProxy with one and with two app servers (make cluster's
+topology: PgBouncer in transaction mode, Redis throttle counters), printed as a Markdown table.
+
+Run under scripts/with-postgres. Each app server runs gunicorn.conf.py's production defaults
+(2 × cores + 1 workers of 2 threads); wrk runs on the same machine.
+"""
+
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import dj_database_url
+
+from tests.live import ROOT, LiveCluster
+
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", 3))
+SECONDS = int(os.environ.get("BENCH_SECONDS", 10))
+CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", 32))
+ENV = {
+    "DJANGO_DEBUG": "0",
+    "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
+    "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
+    "PLANTS_THROTTLE_RATE": "100000000/second",  # on, so its Redis round trip is measured
+    "GUNICORN_WORKERS": str(2 * os.cpu_count() + 1),
+    "GUNICORN_THREADS": "2",
+    "GUNICORN_MAX_REQUESTS": "0",
+    "GUNICORN_ACCESS_LOG": "/dev/null",
+}
+
+
+def manage(*args: str, env: dict) -> str:
+    command = [sys.executable, "manage.py", *args]
+    return subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def wrk(url: str, token: str, id_base: int, seconds: int) -> dict:
+    command = ["wrk", "-t2", f"-c{CONNECTIONS}", f"-d{seconds}s", "-s", "bench/create.lua", f"{url}/plants"]
+    env = {**os.environ, "BENCH_TOKEN": token, "BENCH_ID_BASE": str(id_base)}
+    output = subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def measure(app_servers: int, round_base: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="plantstore-bench-cluster.") as work_dir:
+        cluster = LiveCluster(
+            dj_database_url.parse(os.environ["DATABASE_URL"]), Path(work_dir), app_servers=app_servers, **ENV
+        )
+        cluster.start()
+        try:
+            env = {**os.environ, **ENV, "DATABASE_URL": cluster.pgbouncer.url, "DJANGO_DB_PREPARED_STATEMENTS": "0"}
+            token = manage("token", "issue", f"bench-{app_servers}", env=env)
+            wrk(cluster.url, token, round_base, 3)  # warm-up: connections, prepared caches, throttle keys
+            rounds = [wrk(cluster.url, token, round_base + (n + 1) * 10**10, SECONDS) for n in range(ROUNDS)]
+        finally:
+            cluster.stop()
+    return {
+        "creates/s": statistics.median(r["requests"] / (r["duration_us"] / 1e6) for r in rounds),
+        "p50 ms": statistics.median(r["p50_us"] for r in rounds) / 1000,
+        "p99 ms": statistics.median(r["p99_us"] for r in rounds) / 1000,
+        "errors": sum(r["non_2xx"] + r["socket_errors"] for r in rounds),
+    }
+
+
+def main() -> None:
+    manage("migrate", "--no-input", env={**os.environ, **ENV})
+    results = {servers: measure(servers, servers * 10**12) for servers in (1, 2)}
+    print(f"wrk -t2 -c{CONNECTIONS} -d{SECONDS}s, median of {ROUNDS} rounds; {os.cpu_count()} cores")  # noqa: T201
+    print("| app servers | creates/s | p50 | p99 | non-2xx or socket errors |")  # noqa: T201
+    print("|---|---|---|---|---|")  # noqa: T201
+    for servers, result in results.items():
+        print(  # noqa: T201
+            f"| {servers} | {result['creates/s']:.0f} | {result['p50 ms']:.1f} ms | {result['p99 ms']:.1f} ms "
+            f"| {result['errors']} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Prometheus metrics: what the service counts, the middleware that times requests, the /metrics text."""
+
+import os
+import time
+
+from prometheus_client import (
+    CONTENT_TYPE_PLAIN_0_0_4,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+
+# Under gunicorn every worker writes its samples to files in PROMETHEUS_MULTIPROC_DIR (one folder per
+# server, emptied at start by gunicorn.conf.py) and /metrics sums them; elsewhere (runserver, tests)
+# the samples live in this process.
+MULTIPROCESS = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+# The classic text format, which every Prometheus 2.x reads (our names need none of 1.0.0's escaping).
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+
+REQUESTS = Counter(
+    "plants_http_requests", "HTTP requests answered, by route, method and status.", ["route", "method", "status"]
+)
+REQUEST_DURATION = Histogram(
+    "plants_http_request_duration_seconds",
+    "Seconds from the request reaching Django to its answer, by route and method.",
+    ["route", "method"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+CREATES = Counter(
+    "plants_creates",
+    "POST /plants outcomes: created; retry (the same plant sent again, answered 200); duplicate (400).",
+    ["outcome"],
+)
+AUTH_FAILURES = Counter("plants_auth_failures", "API requests refused for their credentials, by reason.", ["reason"])
+THROTTLED = Counter("plants_throttled", "Requests refused with 429 for going over their token's rate.")
+DATABASE_ERRORS = Counter(
+    "plants_database_errors",
+    "Requests that failed on the database: unavailable (answered 503) or other (500).",
+    ["kind"],
+)
+
+# Bound once, so counting costs one increment, and every series exists (at 0) from the first scrape.
+CREATE_OUTCOME = {outcome: CREATES.labels(outcome) for outcome in ("created", "retry", "duplicate")}
+AUTH_FAILURE = {
+    reason: AUTH_FAILURES.labels(reason) for reason in ("missing", "malformed", "unknown", "revoked", "expired")
+}
+DATABASE_ERROR = {kind: DATABASE_ERRORS.labels(kind) for kind in ("unavailable", "other")}
+
+# Labels come only from these fixed sets and from the URL patterns, so no client can grow the series.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_request_series: dict[tuple[str, str, int], tuple] = {}
+
+
+def route_label(pattern: str | None) -> str:
+    """'^plants$' (a router's regex) or 'healthz' (a path()) -> '/plants', '/healthz'; None (no URL
+    pattern matched: a 404, or a 400 before routing) -> '(unmatched)'."""
+    return "(unmatched)" if pattern is None else "/" + pattern.removeprefix("^").removesuffix("$")
+
+
+def record_request(pattern: str | None, method: str, status: int, seconds: float) -> None:
+    """Count one answered request and observe its duration."""
+    key = (pattern, method, status)
+    series = _request_series.get(key)
+    if series is None:
+        # A dict read is cheaper than labels()' validation and lock; a race only binds a child twice.
+        route = route_label(pattern)
+        series = _request_series[key] = (
+            REQUESTS.labels(route, method, str(status)),
+            REQUEST_DURATION.labels(route, method),
+        )
+    series[0].inc()
+    series[1].observe(seconds)
+
+
+class RequestMetricsMiddleware:
+    """Counts every request by route (its URL pattern, never the raw path), method and status."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        started = time.perf_counter()
+        response = self.get_response(request)
+        match = request.resolver_match
+        method = request.method if request.method in METHODS else "other"
+        record_request(match.route if match else None, method, response.status_code, time.perf_counter() - started)
+        return response
+
+
+def exposition() -> bytes:
+    """Every metric in Prometheus' text format, summed over the server's worker processes."""
+    if not MULTIPROCESS:
+        return generate_latest(REGISTRY)
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    return generate_latest(registry)

@@ -1,0 +1,150 @@
+"""make cluster's topology, driven through its load balancer: HAProxy, two app servers, PgBouncer, Redis.
+
+One cluster for the module (tests/live.py's LiveCluster, the one make cluster runs); each test
+issues its own token, so the throttle quota of one does not touch another.
+"""
+
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from django.db import connection
+
+from plants.models import Plant
+from tests.live import ROOT, LiveCluster, Load, create_many, request
+
+pytestmark = [pytest.mark.postgres, pytest.mark.live, pytest.mark.django_db(transaction=True)]
+
+QUOTA = 600  # per token and hour, shared by the app servers through Redis
+REVOKED = {"error": 40101, "message": "The token has been revoked."}
+# A 503 from an app server (its database is away) or from HAProxy (no app server can answer).
+UNAVAILABLE = [
+    {"error": 50300, "message": "The service cannot reach its database; retry later."},
+    {"error": 50300, "message": "No app server could answer; retry later."},
+]
+
+
+@pytest.fixture(scope="module")
+def cluster(django_db_setup, tmp_path_factory):
+    live = LiveCluster(
+        connection.settings_dict, tmp_path_factory.mktemp("cluster"), PLANTS_THROTTLE_RATE=f"{QUOTA}/hour"
+    ).start()
+    yield live
+    live.stop()
+
+
+def stored_ids() -> set[int]:
+    return set(Plant.objects.values_list("id", flat=True))
+
+
+def posts_served(server) -> int:
+    return server.log().count('"POST /plants" 200')
+
+
+def served_since(cluster: LiveCluster, before: list[int], total: int) -> list[int]:
+    """POSTs each app server logged since `before`; gunicorn logs a request just after answering it."""
+    deadline = time.monotonic() + 5
+    while True:
+        served = [posts_served(app) - count for app, count in zip(cluster.apps, before, strict=True)]
+        if sum(served) >= total or time.monotonic() > deadline:
+            return served
+        time.sleep(0.05)
+
+
+def assert_only_created_or_unavailable(load: Load) -> None:
+    """Every answer is a 200, or a 503 Error body; every acknowledged create is stored."""
+    for _, status, content_type, text, _sent in load.answers:
+        if status != 200:
+            assert (status, content_type, json.loads(text) in UNAVAILABLE) == (503, "application/json", True), text
+    acknowledged = load.ids_with(200)
+    assert acknowledged and acknowledged <= stored_ids()
+
+
+def test_creates_through_the_load_balancer_are_served_by_both_app_servers(cluster, token):
+    before = [posts_served(app) for app in cluster.apps]
+
+    answers = create_many(cluster.url, token, range(1, 21), "Rose")
+
+    assert [(status, json.loads(text)) for status, text in answers] == [
+        (200, {"id": plant_id, "name": "Rose"}) for plant_id in range(1, 21)
+    ]
+    assert stored_ids() == set(range(1, 21))
+    served = served_since(cluster, before, total=20)
+    assert sum(served) == 20 and min(served) > 0, served
+
+
+def test_duplicate_race_across_servers_has_one_winner(cluster, token):
+    def create(number: int):
+        return request(f"{cluster.url}/plants", {"id": 7, "name": f"Rose {number}"}, token)
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        answers = [(status, json.loads(text)) for status, _, text in pool.map(create, range(16))]
+
+    winners = [body for status, body in answers if status == 200]
+    assert len(winners) == 1
+    duplicate = {"error": 40003, "message": "A plant with id 7 already exists with a different name or tag."}
+    assert [answer for answer in answers if answer[0] != 200] == [(400, duplicate)] * 15
+    assert list(Plant.objects.values_list("id", "name")) == [(7, winners[0]["name"])]
+
+
+def test_token_revoked_on_one_server_is_refused_by_every_server_from_the_next_request(cluster, token):
+    urls = [app.url for app in cluster.apps] + [cluster.url]
+    before = [request(f"{url}/plants", {"id": number, "name": "Rose"}, token)[0] for number, url in enumerate(urls)]
+
+    revoke = [sys.executable, "manage.py", "token", "revoke", "test-client"]
+    subprocess.run(revoke, cwd=ROOT, env=cluster.apps[0].env, check=True, capture_output=True)
+    after = [request(f"{url}/plants", {"id": 10 + n, "name": "Rose"}, token) for n, url in enumerate(urls * 2)]
+
+    assert before == [200, 200, 200]
+    assert [(status, json.loads(text)) for status, _, text in after] == [(401, REVOKED)] * 6
+    assert stored_ids() == {0, 1, 2}
+
+
+def test_throttle_quota_is_exact_across_servers(cluster, token):
+    seconds_into_hour = time.time() % 3600
+    if seconds_into_hour > 3600 - 30:  # keep the burst inside one fixed window
+        time.sleep(3600 - seconds_into_hour + 1)
+
+    statuses = [status for status, _ in create_many(cluster.url, token, range(QUOTA + 30), "Rose", threads=8)]
+
+    assert (statuses.count(200), statuses.count(429)) == (QUOTA, 30)
+    assert Plant.objects.count() == QUOTA
+
+
+def test_app_server_killed_mid_load_loses_no_acknowledged_create(cluster, token):
+    victim, survivor = cluster.apps
+    try:
+        with Load(f"{cluster.url}/plants", token, clients=4, pause=0.1) as load:
+            load.wait_for(30)
+            served_before = posts_served(survivor)
+            victim.kill()
+            killed_at = time.monotonic()
+            time.sleep(6)
+    finally:
+        victim.start()
+
+    assert_only_created_or_unavailable(load)
+    # Once HAProxy's health checks mark it down (2 checks 1 s apart), every create goes to the other.
+    late = [status for _, status, _, _, sent in load.answers if sent > killed_at + 3]
+    assert len(late) >= 20 and set(late) == {200}
+    assert posts_served(survivor) - served_before >= len(late)
+
+
+def test_pgbouncer_restart_answers_503_at_most_then_recovers(cluster, token):
+    with Load(f"{cluster.url}/plants", token, clients=4, pause=0.1) as load:
+        load.wait_for(20)
+        cluster.pgbouncer.terminate()
+        time.sleep(3)
+        unavailable = [status for _, status, *_ in load.answers[20:]]
+        cluster.pgbouncer.start()
+        restarted_at = time.monotonic()
+        time.sleep(8)
+
+    assert 503 in unavailable
+    assert_only_created_or_unavailable(load)
+    # Back within HAProxy's two passing health checks and Django's reconnection.
+    late = [status for _, status, _, _, sent in load.answers if sent > restarted_at + 5]
+    assert len(late) >= 20 and set(late) == {200}
