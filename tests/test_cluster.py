@@ -41,11 +41,12 @@ def stored_ids() -> set[int]:
 
 
 def posts_served(server) -> int:
-    return server.log().count('"POST /plants" 200')
+    """Creates a server answered 200, from its request log (plants.requests: one line a request)."""
+    return server.log().count('"method": "POST", "path": "/plants", "status": 200,')
 
 
 def served_since(cluster: LiveCluster, before: list[int], total: int) -> list[int]:
-    """POSTs each app server logged since `before`; gunicorn logs a request just after answering it."""
+    """POSTs each app server logged since `before`; a request is logged just after it is answered."""
     deadline = time.monotonic() + 5
     while True:
         served = [posts_served(app) - count for app, count in zip(cluster.apps, before, strict=True)]

@@ -9,7 +9,8 @@ import pytest
 from django.db import OperationalError, connection
 from prometheus_client import REGISTRY
 
-from plants.services import token_issue, token_revoke
+from plants.models import ApiToken
+from plants.services import token_issue, tokens_revoke
 from tests.live import LivePrometheus, create_many
 
 pytestmark = pytest.mark.django_db
@@ -119,7 +120,7 @@ def test_auth_failures_are_counted_by_reason(api_client, issued_token, counted):
     counted.remember(*[("plants_auth_failures_total", {"reason": reason}) for reason in reasons])
     _, expired = token_issue(name="expired-client", expires_in=timedelta(seconds=-1))
     _, revoked = token_issue(name="revoked-client")
-    token_revoke(name="revoked-client")
+    tokens_revoke(tokens=ApiToken.objects.filter(name="revoked-client"))
 
     for authorization in [None, "Basic abc", "Bearer", "Bearer plnt_unknown", f"Bearer {revoked}", f"Bearer {expired}"]:
         headers = {"HTTP_AUTHORIZATION": authorization} if authorization else {}
