@@ -13,6 +13,8 @@ from plants.tokens import MAX_TOKEN_LENGTH, token_digest
 
 # last_used_at is written at most this often per token, so the hot path stays one SELECT and the INSERT.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
+# Why a token that exists is refused, by its status.
+REFUSED_BECAUSE = {TokenStatus.REVOKED: "The token has been revoked.", TokenStatus.EXPIRED: "The token has expired."}
 
 
 class BearerTokenAuthentication(BaseAuthentication):
@@ -52,11 +54,9 @@ class BearerTokenAuthentication(BaseAuthentication):
             raise InvalidToken("The token is not valid.")
         now = timezone.now()
         status = token.status(now)
-        if status in (TokenStatus.REVOKED, TokenStatus.EXPIRED):
+        if status != TokenStatus.ACTIVE:
             metrics.AUTH_FAILURE[status].inc()
-            raise InvalidToken(
-                "The token has been revoked." if status == TokenStatus.REVOKED else "The token has expired."
-            )
+            raise InvalidToken(REFUSED_BECAUSE[status])
         if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
             # Conditional, so that workers reading the same stale value write it once between them.
             stale = Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
