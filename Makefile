@@ -60,7 +60,13 @@ test-postgres: $(VENV)/.dev system-packages ## the test suite on a throwaway Pos
 test-contract: $(VENV)/.dev system-packages ## schemathesis against a live gunicorn on a throwaway PostgreSQL, using /openapi.json
 	scripts/with-postgres scripts/contract-test
 
-bench: $(VENV)/.dev ## benchmark POST /plants against a bare Django view (wrk, PostgreSQL); writes BENCHMARKS.md
+# The FastAPI peer of make bench has its own venv inside .venv: none of its packages reach the service's.
+$(VENV)/peers/.installed: bench/peers/requirements.txt | $(VENV)/.runtime
+	python3 -m venv $(VENV)/peers
+	$(VENV)/peers/bin/pip install --quiet --disable-pip-version-check -r bench/peers/requirements.txt
+	touch $@
+
+bench: $(VENV)/.dev $(VENV)/peers/.installed ## benchmark POST /plants beside a bare Django view and a FastAPI peer (wrk, PostgreSQL); writes BENCHMARKS.md
 	scripts/debian-packages postgresql wrk
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
 		scripts/with-postgres $(PYTHON) -m bench.run
