@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .DEFAULT_GOAL := help
-.PHONY: help run serve bench test lint format test-sqlite test-postgres test-contract system-packages clean schema
+.PHONY: help run serve bench profile test lint format test-sqlite test-postgres test-contract system-packages clean schema
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -70,6 +70,10 @@ bench: $(VENV)/.dev $(VENV)/peers/.installed ## benchmark POST /plants beside a 
 	scripts/debian-packages postgresql wrk
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
 		scripts/with-postgres $(PYTHON) -m bench.run
+
+profile: $(VENV)/.dev ## profile POST /plants under load with py-spy: writes bench/flamegraph.svg, prints CPU per request by part
+	scripts/debian-packages postgresql wrk
+	PG_TCP_PORT=$${PG_TCP_PORT:-55432} scripts/with-postgres $(PYTHON) -m bench.profile
 
 clean: ## remove the venv, caches, test artefacts and the local SQLite database
 	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts staticfiles db.sqlite3

@@ -17,8 +17,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from bench.peers.server import WORKERS as PEER_WORKERS
-from bench.peers.server import LiveUvicorn
+from bench.servers import GRANIAN_THREADS, GRANIAN_WORKERS, PEER_WORKERS, LiveServer, granian_service, uvicorn_peer
 from tests.live import ROOT, LiveGunicorn
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 7))
@@ -28,6 +27,7 @@ WRK_THREADS = 2
 # name: (server, path); the service's throughput is compared with each of the others'.
 TARGETS = {
     "service": ("gunicorn", "/plants"),
+    "granian": ("granian", "/plants"),
     "bare": ("gunicorn", "/bench/bare-plants"),
     "fastapi": ("uvicorn", "/plants"),
 }
@@ -85,7 +85,7 @@ def start_server() -> LiveGunicorn:
     return server.start()
 
 
-def worker_peak_rss_mib(server: LiveGunicorn | LiveUvicorn) -> float:
+def worker_peak_rss_mib(server: LiveGunicorn | LiveServer) -> float:
     peaks = []
     for pid in server.worker_pids():
         status = Path(f"/proc/{pid}/status").read_text()
@@ -141,8 +141,9 @@ def main() -> None:
     servers = {}
     try:
         servers["gunicorn"] = start_server()
-        servers["uvicorn"] = LiveUvicorn(LOG_DIR).start()
-        rounds = run_rounds({name: servers[server].url + path for name, (server, path) in TARGETS.items()}, token)
+        servers["granian"] = granian_service(LOG_DIR, **ENV).start()
+        servers["uvicorn"] = uvicorn_peer(LOG_DIR).start()
+        rounds = run_rounds(servers, token)
         peak_rss = {name: worker_peak_rss_mib(server) for name, server in servers.items()}
     finally:
         for server in servers.values():
@@ -150,7 +151,8 @@ def main() -> None:
     report(rounds, peak_rss)
 
 
-def run_rounds(urls: dict[str, str], token: str) -> dict[str, list[dict]]:
+def run_rounds(servers: dict, token: str) -> dict[str, list[dict]]:
+    urls = {name: servers[server].url + path for name, (server, path) in TARGETS.items()}
     rounds = {name: [] for name in urls}
     id_base = 0
     for url in urls.values():  # warm-up: imports, connections, caches
@@ -160,7 +162,10 @@ def run_rounds(urls: dict[str, str], token: str) -> dict[str, list[dict]]:
         names = list(urls)
         for name in names[round_number % len(names) :] + names[: round_number % len(names)]:
             psql("SELECT pg_stat_statements_reset()")
+            server_pid = servers[TARGETS[name][0]].process.pid
+            cpu_before = cpu_seconds(server_pid)
             figures = wrk(urls[name], token, id_base := id_base + ID_BLOCK, SECONDS)
+            figures["cpu_seconds"] = cpu_seconds(server_pid) - cpu_before
             figures["statements"] = statements_since_reset()
             figures["stored"] = rows_stored(id_base)
             if figures["stored"] < figures["requests"] - figures["non_2xx"]:
@@ -168,6 +173,21 @@ def run_rounds(urls: dict[str, str], token: str) -> dict[str, list[dict]]:
             rounds[name].append(figures)
             print(f"round {round_number + 1} {name:8} {figures['rps']:8.0f} req/s", flush=True)
     return rounds
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user and system) of a server: the process and all its descendants."""
+    total, pending = 0, [pid]
+    while pending:
+        pid = pending.pop()
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            for thread in os.listdir(f"/proc/{pid}/task"):
+                pending += map(int, Path(f"/proc/{pid}/task/{thread}/children").read_text().split())
+        except FileNotFoundError:  # exited meanwhile
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def rows_stored(id_base: int) -> int:
@@ -184,6 +204,7 @@ def summarize(figures: list[dict]) -> dict:
         "non_2xx": sum(f["non_2xx"] for f in figures),
         "socket_errors": sum(f["socket_errors"] for f in figures),
         "statements": sum(f["statements"] for f in figures) / requests,
+        "cpu_us": sum(f["cpu_seconds"] for f in figures) / requests * 1e6,
         "stored": sum(f["stored"] for f in figures),
         "answered_2xx": requests - sum(f["non_2xx"] for f in figures),
     }
@@ -203,19 +224,21 @@ def report(rounds: dict, peak_rss: dict) -> None:
         return f"| {label} | " + " | ".join(cell(name) for name in columns) + " |"
 
     rows = [
-        "| | service `POST /plants` | bare Django view | FastAPI peer |",
-        "|---|---|---|---|",
+        "| | service `POST /plants` (gunicorn) | the same service under granian | bare Django view | FastAPI peer |",
+        "|---|---|---|---|---|",
         row(f"requests/s (median of {ROUNDS} rounds)", lambda n: f"{figures[n]['rps']:.0f}"),
         row("latency p50", lambda n: f"{figures[n]['p50_ms']:.2f} ms"),
         row("latency p99", lambda n: f"{figures[n]['p99_ms']:.2f} ms"),
         row("non-2xx answers", lambda n: str(figures[n]["non_2xx"])),
         row("socket errors", lambda n: str(figures[n]["socket_errors"])),
         row("2xx answers / rows stored", lambda n: f"{figures[n]['answered_2xx']} / {figures[n]['stored']}"),
+        row("server CPU per request (all its processes)", lambda n: f"{figures[n]['cpu_us']:.0f} µs"),
         row("SQL statements per create", lambda n: f"{figures[n]['statements']:.2f}"),
         row("peak worker memory (VmHWM)", lambda n: f"{rss[n]:.0f} MiB"),
     ]
     summary = [
         f"**Throughput ratio service ÷ FastAPI peer: {ratio(rounds, 'service', 'fastapi'):.2f}** (target ≥ 1.00); "
+        f"under granian: {ratio(rounds, 'granian', 'fastapi'):.2f}; "
         f"**service ÷ bare view: {ratio(rounds, 'service', 'bare'):.2f}** (target ≥ 0.70). Each is the median of "
         "the rounds' ratios: the machine is shared, so absolute figures drift between rounds, and a ratio "
         "taken within a round cancels most of that.",
@@ -232,11 +255,14 @@ def report(rounds: dict, peak_rss: dict) -> None:
         f"- Service: gunicorn, `gunicorn.conf.py` ({_conf['workers']} workers × {_conf['threads']} threads, gthread; "
         "worker recycling off), debug off, `bench.settings` (production settings plus the bare view's URL); "
         "the bare view is served by the same gunicorn",
+        f"- The same service under granian: `bench.wsgi` with {GRANIAN_WORKERS} workers × {GRANIAN_THREADS} "
+        "blocking threads, access log off (gunicorn's goes to /dev/null here); a measured alternative, not what "
+        "production runs",
         f"- FastAPI peer: `bench/peers/fastapi_app.py` (FastAPI, strict pydantic v2, asyncpg), uvicorn with "
         f"{PEER_WORKERS} workers, uvloop and httptools, access log on; pins in `bench/peers/requirements.txt`",
         "- Database: a throwaway PostgreSQL on 127.0.0.1 (TCP), fsync off, pg_stat_statements loaded",
         f"- Load: `wrk -t{WRK_THREADS} -c{CONNECTIONS} -d{SECONDS}s -s bench/create.lua`, on the same machine; "
-        f"{ROUNDS} rounds, each running all three (rotating which goes first), after a warm-up of each",
+        f"{ROUNDS} rounds, each running all four (rotating which goes first), after a warm-up of each",
         "- Each request creates a new plant (unique ids) and carries a real bearer token, which the service and "
         "the peer look up in plants_apitoken on every request.",
         "- The bare view: `json.loads`, `Plant.objects.create`, `JsonResponse`, through the same middleware; "
@@ -248,7 +274,9 @@ def report(rounds: dict, peak_rss: dict) -> None:
         SECTION_END,
     ]
     write_section("\n".join(section))
-    failed = [name for name in ("bare", "fastapi") if figures[name]["non_2xx"] or figures[name]["socket_errors"]]
+    failed = [
+        name for name in ("granian", "bare", "fastapi") if figures[name]["non_2xx"] or figures[name]["socket_errors"]
+    ]
     if failed:
         # A baseline that failed requests did less work than a real create: the ratio means nothing.
         raise SystemExit(f"bench: {', '.join(failed)} answered errors; see the server logs, then rerun")
