@@ -17,6 +17,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psycopg
+
 from bench.servers import GRANIAN_THREADS, GRANIAN_WORKERS, PEER_WORKERS, LiveServer, granian_service, uvicorn_peer
 from tests.live import ROOT, LiveGunicorn
 
@@ -49,14 +51,16 @@ def manage(*args: str, env: dict) -> str:
 
 
 def psql(sql: str) -> str:
-    code = (
-        "import django, sys; django.setup(); from django.db import connection\n"
-        "with connection.cursor() as c:\n"
-        "    c.execute(sys.argv[1]); print(c.fetchone()[0] if c.description else '')"
-    )
-    return subprocess.run(
-        [sys.executable, "-c", code, sql], cwd=ROOT, env=ENV, check=True, capture_output=True, text=True
-    ).stdout.strip()
+    """The first column of the first row of `sql`, on one connection kept for the whole run."""
+    global _connection
+    if _connection is None:
+        _connection = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True)
+    cursor = _connection.execute(sql)
+    row = cursor.fetchone() if cursor.description else None
+    return str(row[0]) if row else ""
+
+
+_connection = None
 
 
 ENV = {
