@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .DEFAULT_GOAL := help
-.PHONY: help run serve cluster bench bench-cluster test lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
+.PHONY: help run serve cluster bench bench-cluster profile test lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -70,10 +70,20 @@ coverage: $(VENV)/.dev ## branch coverage of plants/ by the suites run since cov
 test-contract: $(VENV)/.dev system-packages ## schemathesis against a live gunicorn on a throwaway PostgreSQL, using /openapi.json
 	scripts/with-postgres scripts/contract-test
 
-bench: $(VENV)/.dev ## benchmark POST /plants against a bare Django view (wrk, PostgreSQL); writes BENCHMARKS.md
-	scripts/debian-packages postgresql wrk nginx
+# The FastAPI peer of make bench has its own venv inside .venv: none of its packages reach the service's.
+$(VENV)/peers/.installed: bench/peers/requirements.txt | $(VENV)/.runtime
+	python3 -m venv $(VENV)/peers
+	$(VENV)/peers/bin/pip install --quiet --disable-pip-version-check -r bench/peers/requirements.txt
+	touch $@
+
+bench: $(VENV)/.dev $(VENV)/peers/.installed ## benchmark POST /plants beside a bare Django view and a FastAPI peer (wrk, PostgreSQL); writes BENCHMARKS.md
+	scripts/debian-packages postgresql wrk
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
 		scripts/with-postgres $(PYTHON) -m bench.run
+
+profile: $(VENV)/.dev ## profile POST /plants under load with py-spy: writes bench/flamegraph.svg, prints CPU per request by part
+	scripts/debian-packages postgresql wrk
+	PG_TCP_PORT=$${PG_TCP_PORT:-55432} scripts/with-postgres $(PYTHON) -m bench.profile
 
 bench-cluster: $(VENV)/.dev ## creates/s through make cluster's HAProxy with one and with two app servers (wrk)
 	scripts/debian-packages postgresql pgbouncer redis-server haproxy wrk

@@ -1,8 +1,9 @@
-"""`make bench`: load POST /plants and the bare baseline view in one gunicorn, and report.
+"""`make bench`: load the service, a bare Django view and a FastAPI peer side by side, and report.
 
-Run under scripts/with-postgres (DATABASE_URL set, pg_stat_statements loaded). Rounds alternate
-the service and the bare view so both meet the same machine state; the figures and the machine's
-description are printed and written to BENCHMARKS.md.
+Run under scripts/with-postgres (DATABASE_URL set, pg_stat_statements loaded). The service and the
+bare view share one gunicorn; the peer (bench/peers/fastapi_app.py) runs under uvicorn in its own
+venv. Rounds rotate which target goes first so all meet the same machine state; the figures and
+the machine's description are printed and written to BENCHMARKS.md.
 """
 
 import json
@@ -16,13 +17,23 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+import psycopg
+
+from bench.servers import GRANIAN_THREADS, GRANIAN_WORKERS, PEER_WORKERS, LiveServer, granian_service, uvicorn_peer
 from tests.live import ROOT, LiveGunicorn
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 7))
 SECONDS = int(os.environ.get("BENCH_SECONDS", 8))
 CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", 16))
 WRK_THREADS = 2
-TARGETS = {"service": "/plants", "bare": "/bench/bare-plants"}
+# name: (server, path); the service's throughput is compared with each of the others'.
+TARGETS = {
+    "service": ("gunicorn", "/plants"),
+    "granian": ("granian", "/plants"),
+    "bare": ("gunicorn", "/bench/bare-plants"),
+    "fastapi": ("uvicorn", "/plants"),
+}
+LOG_DIR = Path(os.environ.get("TMPDIR", "/tmp"))
 # Each wrk run takes its own block of ids (bench/create.lua adds 10**9 per wrk thread), so no two
 # requests of a benchmark share an id; blocks stay far below 2**53, where Lua's doubles stop
 # counting exactly.
@@ -40,14 +51,16 @@ def manage(*args: str, env: dict) -> str:
 
 
 def psql(sql: str) -> str:
-    code = (
-        "import django, sys; django.setup(); from django.db import connection\n"
-        "with connection.cursor() as c:\n"
-        "    c.execute(sys.argv[1]); print(c.fetchone()[0] if c.description else '')"
-    )
-    return subprocess.run(
-        [sys.executable, "-c", code, sql], cwd=ROOT, env=ENV, check=True, capture_output=True, text=True
-    ).stdout.strip()
+    """The first column of the first row of `sql`, on one connection kept for the whole run."""
+    global _connection
+    if _connection is None:
+        _connection = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True)
+    cursor = _connection.execute(sql)
+    row = cursor.fetchone() if cursor.description else None
+    return str(row[0]) if row else ""
+
+
+_connection = None
 
 
 ENV = {
@@ -70,13 +83,12 @@ GUNICORN = {"GUNICORN_WORKERS": str(_conf["workers"]), "GUNICORN_THREADS": str(_
 
 def start_server() -> LiveGunicorn:
     # The request log stays on, as in production; it goes to a file, as it would to journald.
-    log_dir = Path(os.environ.get("TMPDIR", "/tmp"))
-    server = LiveGunicorn(log_dir, app="bench.wsgi", **{**ENV, **GUNICORN, "GUNICORN_LOG_LEVEL": "warning"})
+    server = LiveGunicorn(LOG_DIR, app="bench.wsgi", **{**ENV, **GUNICORN, "GUNICORN_LOG_LEVEL": "warning"})
     print(f"gunicorn log: {server.log_path}", flush=True)
     return server.start()
 
 
-def worker_peak_rss_mib(server: LiveGunicorn) -> float:
+def worker_peak_rss_mib(server: LiveGunicorn | LiveServer) -> float:
     peaks = []
     for pid in server.worker_pids():
         status = Path(f"/proc/{pid}/status").read_text()
@@ -129,25 +141,61 @@ def main() -> None:
     manage("migrate", "--no-input", env=ENV)
     psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
     token = manage("token", "issue", "bench", env=ENV).strip()
-    server = start_server()
-    rounds = {name: [] for name in TARGETS}
+    servers = {}
     try:
-        id_base = 0
-        for path in TARGETS.values():  # warm-up: imports, connections, caches
-            wrk(f"{server.url}{path}", token, id_base := id_base + ID_BLOCK, 3)
-        for round_number in range(ROUNDS):
-            # Alternate which goes first, so neither always meets the fuller table or warmer caches.
-            order = list(TARGETS.items()) if round_number % 2 == 0 else list(TARGETS.items())[::-1]
-            for name, path in order:
-                psql("SELECT pg_stat_statements_reset()")
-                figures = wrk(f"{server.url}{path}", token, id_base := id_base + ID_BLOCK, SECONDS)
-                figures["statements"] = statements_since_reset()
-                rounds[name].append(figures)
-                print(f"round {round_number + 1} {name:8} {figures['rps']:8.0f} req/s", flush=True)
-        peak_rss = worker_peak_rss_mib(server)
+        servers["gunicorn"] = start_server()
+        servers["granian"] = granian_service(LOG_DIR, **ENV).start()
+        servers["uvicorn"] = uvicorn_peer(LOG_DIR).start()
+        rounds = run_rounds(servers, token)
+        peak_rss = {name: worker_peak_rss_mib(server) for name, server in servers.items()}
     finally:
-        server.stop()
+        for server in servers.values():
+            server.stop()
     report(rounds, peak_rss)
+
+
+def run_rounds(servers: dict, token: str) -> dict[str, list[dict]]:
+    urls = {name: servers[server].url + path for name, (server, path) in TARGETS.items()}
+    rounds = {name: [] for name in urls}
+    id_base = 0
+    for url in urls.values():  # warm-up: imports, connections, caches
+        wrk(url, token, id_base := id_base + ID_BLOCK, 3)
+    for round_number in range(ROUNDS):
+        # Rotate which goes first, so none always meets the fuller table or warmer caches.
+        names = list(urls)
+        for name in names[round_number % len(names) :] + names[: round_number % len(names)]:
+            psql("SELECT pg_stat_statements_reset()")
+            server_pid = servers[TARGETS[name][0]].process.pid
+            cpu_before = cpu_seconds(server_pid)
+            figures = wrk(urls[name], token, id_base := id_base + ID_BLOCK, SECONDS)
+            figures["cpu_seconds"] = cpu_seconds(server_pid) - cpu_before
+            figures["statements"] = statements_since_reset()
+            figures["stored"] = rows_stored(id_base)
+            if figures["stored"] < figures["requests"] - figures["non_2xx"]:
+                raise SystemExit(f"bench: {name} answered 2xx for more plants than it stored; see its log")
+            rounds[name].append(figures)
+            print(f"round {round_number + 1} {name:8} {figures['rps']:8.0f} req/s", flush=True)
+    return rounds
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user and system) of a server: the process and all its descendants."""
+    total, pending = 0, [pid]
+    while pending:
+        pid = pending.pop()
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            for thread in os.listdir(f"/proc/{pid}/task"):
+                pending += map(int, Path(f"/proc/{pid}/task/{thread}/children").read_text().split())
+        except FileNotFoundError:  # exited meanwhile
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def rows_stored(id_base: int) -> int:
+    """Plants stored in a round's block of ids: each 2xx answer must have stored one."""
+    return int(psql(f"SELECT count(*) FROM plants_plant WHERE id > {id_base} AND id <= {id_base + ID_BLOCK}"))
 
 
 def summarize(figures: list[dict]) -> dict:
@@ -159,42 +207,67 @@ def summarize(figures: list[dict]) -> dict:
         "non_2xx": sum(f["non_2xx"] for f in figures),
         "socket_errors": sum(f["socket_errors"] for f in figures),
         "statements": sum(f["statements"] for f in figures) / requests,
+        "cpu_us": sum(f["cpu_seconds"] for f in figures) / requests * 1e6,
+        "stored": sum(f["stored"] for f in figures),
+        "answered_2xx": requests - sum(f["non_2xx"] for f in figures),
     }
 
 
-def report(rounds: dict, peak_rss: float) -> None:
-    service, bare = summarize(rounds["service"]), summarize(rounds["bare"])
+def ratio(rounds: dict, name: str, other: str) -> float:
     # The ratio of each round's pair, then the median: the machine's drift between rounds cancels.
-    ratio = statistics.median(s["rps"] / b["rps"] for s, b in zip(rounds["service"], rounds["bare"], strict=True))
+    return statistics.median(s["rps"] / o["rps"] for s, o in zip(rounds[name], rounds[other], strict=True))
+
+
+def report(rounds: dict, peak_rss: dict) -> None:
+    figures = {name: summarize(rounds[name]) for name in TARGETS}
+    rss = {name: peak_rss[server] for name, (server, _) in TARGETS.items()}
+    columns = list(TARGETS)
+
+    def row(label: str, cell) -> str:
+        return f"| {label} | " + " | ".join(cell(name) for name in columns) + " |"
+
     rows = [
-        "| | service `POST /plants` | bare view |",
-        "|---|---|---|",
-        f"| requests/s (median of {ROUNDS} rounds) | {service['rps']:.0f} | {bare['rps']:.0f} |",
-        f"| latency p50 | {service['p50_ms']:.2f} ms | {bare['p50_ms']:.2f} ms |",
-        f"| latency p99 | {service['p99_ms']:.2f} ms | {bare['p99_ms']:.2f} ms |",
-        f"| non-2xx answers | {service['non_2xx']} | {bare['non_2xx']} |",
-        f"| socket errors | {service['socket_errors']} | {bare['socket_errors']} |",
-        f"| SQL statements per create | {service['statements']:.2f} | {bare['statements']:.2f} |",
+        "| | service `POST /plants` (gunicorn) | the same service under granian | bare Django view | FastAPI peer |",
+        "|---|---|---|---|---|",
+        row(f"requests/s (median of {ROUNDS} rounds)", lambda n: f"{figures[n]['rps']:.0f}"),
+        row("latency p50", lambda n: f"{figures[n]['p50_ms']:.2f} ms"),
+        row("latency p99", lambda n: f"{figures[n]['p99_ms']:.2f} ms"),
+        row("non-2xx answers", lambda n: str(figures[n]["non_2xx"])),
+        row("socket errors", lambda n: str(figures[n]["socket_errors"])),
+        row("2xx answers / rows stored", lambda n: f"{figures[n]['answered_2xx']} / {figures[n]['stored']}"),
+        row("server CPU per request (all its processes)", lambda n: f"{figures[n]['cpu_us']:.0f} µs"),
+        row("SQL statements per create", lambda n: f"{figures[n]['statements']:.2f}"),
+        row("peak worker memory (VmHWM)", lambda n: f"{rss[n]:.0f} MiB"),
     ]
     summary = [
-        f"**Throughput ratio service / bare: {ratio:.2f}** (median of the rounds' ratios; target ≥ 0.70).",
-        f"**SQL statements per authenticated create: {service['statements']:.2f}** (target ≤ 2), counted by "
-        "PostgreSQL's pg_stat_statements, transaction statements included: the token lookup and the INSERT "
-        "(a revoked token is refused from the next request: README, Tokens).",
-        f"Peak memory (VmHWM) of the largest gunicorn worker: {peak_rss:.0f} MiB.",
+        f"**Throughput ratio service ÷ FastAPI peer: {ratio(rounds, 'service', 'fastapi'):.2f}** (target ≥ 1.00); "
+        f"under granian: {ratio(rounds, 'granian', 'fastapi'):.2f}; "
+        f"**service ÷ bare view: {ratio(rounds, 'service', 'bare'):.2f}** (target ≥ 0.70). Each is the median of "
+        "the rounds' ratios: the machine is shared, so absolute figures drift between rounds, and a ratio "
+        "taken within a round cancels most of that.",
+        f"**SQL statements per authenticated create: {figures['service']['statements']:.2f}** (target ≤ 2), "
+        "counted by PostgreSQL's pg_stat_statements, transaction statements included: the token lookup and the "
+        "INSERT (a revoked token is refused from the next request: README, Tokens).",
+        "Rows stored are counted in the database after each run (a run's in-flight requests may add a few).",
     ]
     print("\n".join(rows + [""] + summary))
     section = [
         SECTION_BEGIN,
         f"- When: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         f"- Machine: {machine()}",
-        f"- Server: gunicorn, `gunicorn.conf.py` ({_conf['workers']} workers × {_conf['threads']} threads, gthread; "
-        "worker recycling off), debug off, `bench.settings` (production settings plus the bare view's URL)",
+        f"- Service: gunicorn, `gunicorn.conf.py` ({_conf['workers']} workers × {_conf['threads']} threads, gthread; "
+        "worker recycling off), debug off, `bench.settings` (production settings plus the bare view's URL); "
+        "the bare view is served by the same gunicorn",
+        f"- The same service under granian: `bench.wsgi` with {GRANIAN_WORKERS} workers × {GRANIAN_THREADS} "
+        "blocking threads, access log off (gunicorn's goes to /dev/null here); a measured alternative, not what "
+        "production runs",
+        f"- FastAPI peer: `bench/peers/fastapi_app.py` (FastAPI, strict pydantic v2, asyncpg), uvicorn with "
+        f"{PEER_WORKERS} workers, uvloop and httptools, access log on; pins in `bench/peers/requirements.txt`",
         "- Database: a throwaway PostgreSQL on 127.0.0.1 (TCP), fsync off, pg_stat_statements loaded",
         f"- Load: `wrk -t{WRK_THREADS} -c{CONNECTIONS} -d{SECONDS}s -s bench/create.lua`, on the same machine; "
-        f"{ROUNDS} rounds, each running the service and the bare view (alternating which goes first), "
-        "after a warm-up of both",
-        "- Each request creates a new plant (unique ids); the service's requests carry a real bearer token.",
+        f"{ROUNDS} rounds, each running all four (rotating which goes first), after a warm-up of each",
+        "- Each request creates a new plant (unique ids) and carries a real bearer token, which the service and "
+        "the peer look up in plants_apitoken on every request.",
         "- The bare view: `json.loads`, `Plant.objects.create`, `JsonResponse`, through the same middleware; "
         "no authentication, validation, throttling or error handling.",
         "",
@@ -204,9 +277,12 @@ def report(rounds: dict, peak_rss: float) -> None:
         SECTION_END,
     ]
     write_section("\n".join(section))
-    if bare["non_2xx"] or bare["socket_errors"]:
+    failed = [
+        name for name in ("granian", "bare", "fastapi") if figures[name]["non_2xx"] or figures[name]["socket_errors"]
+    ]
+    if failed:
         # A baseline that failed requests did less work than a real create: the ratio means nothing.
-        raise SystemExit("bench: the bare view answered errors; see the gunicorn log, then rerun")
+        raise SystemExit(f"bench: {', '.join(failed)} answered errors; see the server logs, then rerun")
 
 
 def write_section(section: str) -> None:

@@ -1,0 +1,150 @@
+"""`make profile`: where a gunicorn worker's CPU goes per POST /plants, by part of the stack.
+
+Run under scripts/with-postgres, as make bench is. Starts the bench's gunicorn, loads POST /plants
+with wrk, and (1) reads the workers' CPU time per request from /proc, unprofiled; (2) samples
+the workers with py-spy (`--gil`: only threads running Python, never one waiting on PostgreSQL)
+and charges each sample to the deepest frame naming a part of the request; (3) records the flame
+graph `bench/flamegraph.svg` in a third run. Prints the table BENCHMARKS.md quotes.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from bench.run import ENV, ID_BLOCK, WRK_THREADS, manage, start_server
+from tests.live import ROOT
+
+SECONDS = int(os.environ.get("PROFILE_SECONDS", 15))
+CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", 16))
+PY_SPY = Path(sys.executable).parent / "py-spy"
+FLAMEGRAPH = ROOT / "bench" / "flamegraph.svg"
+
+# (pattern on a frame "function (file:line)", part); a frame takes the first part it matches, and a
+# sample the part of its deepest such frame. Library frames below a part (psycopg under the token
+# lookup, say) are that part's cost.
+PARTS = [
+    (r"by_digest \(plants/models", "authentication: token SELECT (ORM cursor, psycopg, round trip)"),
+    (r"plants/authentication", "authentication: header, SHA-256, status checks"),
+    (r"plant_create \(plants/services", "the INSERT (ORM create, psycopg, round trip)"),
+    (r"plants/throttling|django/core/cache", "throttle (cache incr)"),
+    (r"plants/parsers|Request\._parse|Request\._load_data|Request\.data ", "reading the body, JSON parse"),
+    (r"plants/serializers|rest_framework/(serializers|fields)\.py", "NewPlant validation (DRF serializer)"),
+    (r"plant_representation|rest_framework/renderers|Response\.rendered_content", "the answer: dict, JSON render"),
+    (r"plants/negotiation|perform_content_negotiation", "content negotiation"),
+    (r"rest_framework/permissions", "permission check"),
+    (r"rest_framework/|plants/views", "DRF request/response wrapping (APIView.dispatch, Request, Response)"),
+    (r"plants/middleware", "request log (RequestLogMiddleware: json.dumps, logging to a file)"),
+    (r"django/(middleware|contrib/\w+/middleware|utils/deprecation)|whitenoise/", "Django middleware (8 classes)"),
+    (r"django/dispatch|django/db/__init__|plants/postgresql", "request_started/finished signals (connection checks)"),
+    (
+        r"django/(core/handlers|core/signals|urls|http|views)/",
+        "Django request handler (WSGIRequest, URL resolution, HttpResponse)",
+    ),
+    (r"gunicorn/", "gunicorn: HTTP parsing, socket I/O, gthread worker loop"),
+]
+OTHER = "other (thread pool, interpreter)"
+
+
+def part_of(stack: list[str]) -> str:
+    for frame in reversed(stack):
+        for pattern, part in PARTS:
+            if re.search(pattern, frame):
+                return part
+    return OTHER
+
+
+# The innermost frame's library, for the second table: what kind of code the CPU runs.
+LIBRARIES = [
+    (r"psycopg", "psycopg"),
+    (r"django/db/", "Django ORM and database backend"),
+    (r"\((json|logging|threading|selectors|socket|ssl|uuid|re|hashlib|datetime|copy|queue)[/.]", None),
+    (r"\(gunicorn/", "gunicorn"),
+    (r"\(rest_framework/", "DRF"),
+    (r"\(django/", "Django (not the ORM)"),
+    (r"\(whitenoise/", "whitenoise"),
+    (r"\(plants/", "plants (our code)"),
+]
+
+
+def library_of(stack: list[str]) -> str:
+    frame = stack[-1]
+    for pattern, library in LIBRARIES:
+        if match := re.search(pattern, frame):
+            return library or f"Python's {match.group(1)}"
+    return "other"
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
+
+
+def load(url: str, token: str, id_base: int, seconds: int) -> subprocess.Popen:
+    command = ["wrk", f"-t{WRK_THREADS}", f"-c{CONNECTIONS}", f"-d{seconds}s", "-s", "bench/create.lua", url]
+    environment = {**os.environ, "BENCH_TOKEN": token, "BENCH_ID_BASE": str(id_base)}
+    return subprocess.Popen(command, cwd=ROOT, env=environment, stdout=subprocess.PIPE, text=True)
+
+
+def requests_of(wrk: subprocess.Popen) -> int:
+    return json.loads(wrk.communicate()[0].strip().splitlines()[-1])["requests"]
+
+
+def py_spy(pid: int, output: Path, form: str, seconds: int) -> None:
+    command = [str(PY_SPY), "record", "-p", str(pid), "--subprocesses", "--gil", "--nonblocking"]
+    command += ["--rate", "250", "--duration", str(seconds), "--format", form, "--output", str(output)]
+    subprocess.run(command, check=True, capture_output=True)
+
+
+def main() -> None:
+    manage("migrate", "--no-input", env=ENV)
+    token = manage("token", "issue", "profile", env=ENV).strip()
+    server = start_server()
+    url = f"{server.url}/plants"
+    try:
+        requests_of(load(url, token, ID_BLOCK, 3))  # warm-up
+        workers = server.worker_pids()
+        before = cpu_seconds(workers)
+        requests = requests_of(load(url, token, 2 * ID_BLOCK, SECONDS))
+        cpu_per_request_us = (cpu_seconds(workers) - before) / requests * 1e6
+        with tempfile.TemporaryDirectory() as folder:
+            raw = Path(folder) / "profile.txt"
+            wrk = load(url, token, 3 * ID_BLOCK, SECONDS + 2)
+            time.sleep(1)
+            py_spy(server.process.pid, raw, "raw", SECONDS)
+            requests_of(wrk)
+            samples, libraries = Counter(), Counter()
+            for line in raw.read_text().splitlines():
+                stack, _, count = line.rpartition(" ")
+                samples[part_of(stack.split(";"))] += int(count)
+                libraries[library_of(stack.split(";"))] += int(count)
+            if keep := os.environ.get("PROFILE_RAW"):  # py-spy's collapsed stacks, for a closer look
+                raw.replace(keep)
+        wrk = load(url, token, 4 * ID_BLOCK, SECONDS + 2)
+        time.sleep(1)
+        py_spy(server.process.pid, FLAMEGRAPH, "flamegraph", SECONDS)
+        requests_of(wrk)
+    finally:
+        server.stop()
+    total = sum(samples.values())
+    print(f"{requests / SECONDS:.0f} requests/s unprofiled; worker CPU {cpu_per_request_us:.0f} µs per request")
+    print(f"{total} samples of threads holding the GIL; flame graph: {FLAMEGRAPH.relative_to(ROOT)}\n")
+    print("| part of the stack | share of samples | µs per request |\n|---|---|---|")
+    for part, count in samples.most_common():
+        print(f"| {part} | {count / total:.1%} | {count / total * cpu_per_request_us:.0f} |")
+    print("\n| innermost frame's library | share of samples | µs per request |\n|---|---|---|")
+    for library, count in libraries.most_common():
+        print(f"| {library} | {count / total:.1%} | {count / total * cpu_per_request_us:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
