@@ -26,8 +26,8 @@ MUTANTS = [
     ("plants/authentication.py", "if len(parts) != 2:", "if len(parts) > 2:", "Bearer with no token let through"),
     (
         "plants/authentication.py",
-        "        if token is None:\n            raise InvalidToken",
-        "        if token is None and False:\n            raise InvalidToken",
+        "        if token is None:\n",
+        "        if token is None and False:\n",
         "unknown tokens not refused",
     ),
     (
