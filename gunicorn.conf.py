@@ -7,9 +7,11 @@ import tempfile
 from pathlib import Path
 
 bind = os.environ.get("GUNICORN_BIND", f"127.0.0.1:{os.environ.get('PORT', '8000')}")
-# The work is a short database round trip: a few sync-ish threads per process hide its latency.
-workers = int(os.environ.get("GUNICORN_WORKERS", multiprocessing.cpu_count() * 2 + 1))
-threads = int(os.environ.get("GUNICORN_THREADS", 2))
+# One process per core, each with 4 threads to hide the database round trips: 1.12-1.18x the
+# requests/s of 2 x cores + 1 processes of 2 threads on 2 cores, with fewer processes' memory
+# (make bench, BENCHMARKS.md).
+workers = int(os.environ.get("GUNICORN_WORKERS", multiprocessing.cpu_count()))
+threads = int(os.environ.get("GUNICORN_THREADS", 4))
 worker_class = "gthread"
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", 30))
 graceful_timeout = 30

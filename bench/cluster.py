@@ -2,7 +2,7 @@
 topology: PgBouncer in transaction mode, Redis throttle counters), printed as a Markdown table.
 
 Run under scripts/with-postgres. Each app server runs gunicorn.conf.py's production defaults
-(2 × cores + 1 workers of 2 threads); wrk runs on the same machine.
+(one worker per core, 4 threads each); wrk runs on the same machine.
 """
 
 import json
