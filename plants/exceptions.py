@@ -53,7 +53,7 @@ ERROR_CODE_DESCRIPTIONS = {
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: "The body is not sent as application/json.",
     ErrorCode.THROTTLED: "Too many requests with this token; retry after the Retry-After header's seconds.",
     ErrorCode.INTERNAL_ERROR: "An unexpected error in the service; it is logged, and nothing was stored.",
-    ErrorCode.SERVICE_UNAVAILABLE: "The database cannot be reached; retry later.",
+    ErrorCode.SERVICE_UNAVAILABLE: "The database or the rate-limit store cannot be reached; retry later.",
 }
 
 
@@ -111,6 +111,12 @@ class DatabaseUnavailable(ApiError):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     error_code = ErrorCode.SERVICE_UNAVAILABLE
     default_detail = "The service cannot reach its database; retry later."
+
+
+class RateLimitStoreUnavailable(ApiError):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    error_code = ErrorCode.SERVICE_UNAVAILABLE
+    default_detail = "The service cannot reach its rate-limit store; retry later."
 
 
 # DRF's own exceptions, by class; looked up along the MRO so subclasses inherit a code.

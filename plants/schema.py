@@ -8,8 +8,14 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from plants.exceptions import ERROR_CODE_DESCRIPTIONS, ErrorCode
 from plants.serializers import ErrorSerializer, NewPlantSerializer, PlantSerializer
 
-# A name with at least one character that is not white space, and no NUL: what the serializer accepts.
-NON_BLANK_PATTERN = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"
+# What StrictCharField accepts: no NUL, no lone surrogate, and at least one character that is not
+# white space. White space is spelled out as Python's str.strip() knows it (ECMA-262's \s is
+# another set); the classes hold code points, as regular expressions in Unicode mode read them.
+WHITE_SPACE = r"\t\n\u000b\f\r\u001c-\u001f \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+NON_BLANK_PATTERN = rf"^[^\u0000\ud800-\udfff]*[^\u0000\ud800-\udfff{WHITE_SPACE}][^\u0000\ud800-\udfff]*$"
+
+# The answers that passed through the throttle carry both (draft-ietf-httpapi-ratelimit-headers-10).
+RATE_LIMITED_STATUSES = [200, 400, 413, 415, 429, 503]
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):
@@ -51,11 +57,33 @@ create_plant_schema = extend_schema(
             ),
         ),
         OpenApiParameter(
+            "RateLimit-Policy",
+            OpenApiTypes.STR,
+            OpenApiParameter.HEADER,
+            response=RATE_LIMITED_STATUSES,
+            pattern=r'^"default";q=[1-9][0-9]*;w=[1-9][0-9]*$',
+            description=(
+                'The token\'s quota: `"default";q=600;w=60` is 600 requests per fixed window of 60 seconds '
+                "(PLANTS_THROTTLE_RATE). On every answer to an authenticated request while throttling is on."
+            ),
+        ),
+        OpenApiParameter(
+            "RateLimit",
+            OpenApiTypes.STR,
+            OpenApiParameter.HEADER,
+            response=RATE_LIMITED_STATUSES,
+            pattern=r'^"default";r=[0-9]+;t=[1-9][0-9]*$',
+            description=(
+                'What is left of the quota: `"default";r=599;t=42` is 599 more requests allowed in the '
+                "42 seconds until the window resets. `r=0` once the quota is spent."
+            ),
+        ),
+        OpenApiParameter(
             "Retry-After",
             OpenApiTypes.INT,
             OpenApiParameter.HEADER,
             response=[429],
-            description="Seconds until the token's rate limit allows another request.",
+            description="Seconds until the token's quota allows another request: the RateLimit header's `t`.",
         ),
         OpenApiParameter(
             "WWW-Authenticate",
@@ -80,10 +108,11 @@ create_plant_schema = extend_schema(
             ErrorCode.MALFORMED_CREDENTIALS,
         ),
         413: _error("The body is too large.", ErrorCode.BODY_TOO_LARGE),
+        406: _error("The Accept header excludes application/json.", ErrorCode.NOT_ACCEPTABLE),
         415: _error("The body is not application/json.", ErrorCode.UNSUPPORTED_MEDIA_TYPE),
         429: _error("Too many requests with this token.", ErrorCode.THROTTLED),
         500: _error("An unexpected error in the service.", ErrorCode.INTERNAL_ERROR),
-        503: _error("The database cannot be reached.", ErrorCode.SERVICE_UNAVAILABLE),
+        503: _error("The database or the rate-limit store cannot be reached.", ErrorCode.SERVICE_UNAVAILABLE),
     },
 )
 
