@@ -8,11 +8,14 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from plants.exceptions import ERROR_CODE_DESCRIPTIONS, ErrorCode
 from plants.serializers import ErrorSerializer, NewPlantSerializer, PlantSerializer
 
-# What StrictCharField accepts: no NUL, no lone surrogate, and at least one character that is not
-# white space. White space is spelled out as Python's str.strip() knows it (ECMA-262's \s is
-# another set); the classes hold code points, as regular expressions in Unicode mode read them.
+# What StrictCharField accepts: no NUL, and at least one character that is not white space,
+# spelled out as Python's str.strip() knows it (ECMA-262's \s is another set). Its third rule, no
+# lone surrogates, has no portable pattern (Rust's and Go's regular expressions cannot name
+# surrogates): it is in the fields' descriptions, and a string of Unicode scalar values (I-JSON,
+# RFC 7493) never has one.
 WHITE_SPACE = r"\t\n\u000b\f\r\u001c-\u001f \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
-NON_BLANK_PATTERN = rf"^[^\u0000\ud800-\udfff]*[^\u0000\ud800-\udfff{WHITE_SPACE}][^\u0000\ud800-\udfff]*$"
+NON_BLANK_PATTERN = rf"^[^\u0000]*[^\u0000{WHITE_SPACE}][^\u0000]*$"
+STRING_RULES = " Not only white space; no NUL characters or lone surrogates."
 
 # The answers that passed through the throttle carry both (draft-ietf-httpapi-ratelimit-headers-10).
 RATE_LIMITED_STATUSES = [200, 400, 413, 415, 429, 503]
@@ -124,6 +127,7 @@ def finalize_schema(result, generator, request, public):
     schemas["NewPlant"]["additionalProperties"] = False
     for field in ("name", "tag"):
         schemas["NewPlant"]["properties"][field]["pattern"] = NON_BLANK_PATTERN
+        schemas["NewPlant"]["properties"][field]["description"] += STRING_RULES
     result["info"]["description"] += "\n\n## Error codes\n\n" + _catalog(*ErrorCode)
     # The contract applies bearerAuth to the whole interface: say it once, at the top level.
     result["security"] = [{"bearerAuth": []}]
