@@ -60,8 +60,8 @@ test-postgres: $(VENV)/.dev system-packages ## the test suite on a throwaway Pos
 test-contract: $(VENV)/.dev system-packages ## schemathesis against a live gunicorn on a throwaway PostgreSQL, using /openapi.json
 	scripts/with-postgres scripts/contract-test
 
-bench: $(VENV)/.dev ## benchmark POST /plants against a bare Django view (wrk, PostgreSQL); writes BENCHMARKS.md
-	scripts/debian-packages postgresql wrk
+bench: $(VENV)/.dev ## benchmark POST /plants against a bare Django view (wrk, PostgreSQL) and the rate-limit stores; writes BENCHMARKS.md
+	scripts/debian-packages postgresql wrk redis-server
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
 		scripts/with-postgres $(PYTHON) -m bench.run
 
