@@ -44,7 +44,8 @@ def measure(kind: str, where: str) -> dict:
     with ProcessPoolExecutor(PROCESSES) as pool:
         # Every process counts the same token: all of them write one row (or key), the worst case.
         started = time.perf_counter()
-        runs = list(pool.map(timed_increments, *zip(*[(kind, where, "shared", OPERATIONS)] * PROCESSES)))
+        arguments = ([kind] * PROCESSES, [where] * PROCESSES, ["shared"] * PROCESSES, [OPERATIONS] * PROCESSES)
+        runs = list(pool.map(timed_increments, *arguments))
         elapsed = time.perf_counter() - started
     together = sorted(latency for run in runs for latency in run)
     return {
@@ -101,7 +102,10 @@ def main() -> str:
     redis = LiveRedis().start()
     try:
         with tempfile.TemporaryDirectory() as directory:
-            results = {"sqlite": measure("sqlite", str(Path(directory) / "store")), "redis": measure("redis", redis.url)}
+            results = {
+                "sqlite": measure("sqlite", str(Path(directory) / "store")),
+                "redis": measure("redis", redis.url),
+            }
     finally:
         redis.stop()
     text = section(results)

@@ -67,7 +67,8 @@ create_plant_schema = extend_schema(
             pattern=r'^"default";q=[1-9][0-9]*;w=[1-9][0-9]*$',
             description=(
                 'The token\'s quota: `"default";q=600;w=60` is 600 requests per fixed window of 60 seconds '
-                "(PLANTS_THROTTLE_RATE). On every answer to an authenticated request while throttling is on."
+                "(PLANTS_THROTTLE_RATE). On every answer to a request the throttle counted: any authenticated one "
+                "while throttling is on, unless its store could not count it (503)."
             ),
         ),
         OpenApiParameter(
