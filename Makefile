@@ -76,8 +76,8 @@ $(VENV)/peers/.installed: bench/peers/requirements.txt | $(VENV)/.runtime
 	$(VENV)/peers/bin/pip install --quiet --disable-pip-version-check -r bench/peers/requirements.txt
 	touch $@
 
-bench: $(VENV)/.dev $(VENV)/peers/.installed ## benchmark POST /plants beside a bare Django view and a FastAPI peer (wrk, PostgreSQL); writes BENCHMARKS.md
-	scripts/debian-packages postgresql wrk
+bench: $(VENV)/.dev $(VENV)/peers/.installed ## benchmark POST /plants beside a bare Django view and a FastAPI peer (wrk, PostgreSQL), and the rate-limit stores; writes BENCHMARKS.md
+	scripts/debian-packages postgresql wrk redis-server
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
 		scripts/with-postgres $(PYTHON) -m bench.run
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import psycopg
 
+from bench import rate_stores
+from bench.report import write_section
 from bench.servers import GRANIAN_THREADS, GRANIAN_WORKERS, PEER_WORKERS, LiveServer, granian_service, uvicorn_peer
 from tests.live import ROOT, LiveGunicorn
 
@@ -38,10 +40,6 @@ LOG_DIR = Path(os.environ.get("TMPDIR", "/tmp"))
 # requests of a benchmark share an id; blocks stay far below 2**53, where Lua's doubles stop
 # counting exactly.
 ID_BLOCK = 10**11
-
-# bench writes only its own section of BENCHMARKS.md; the prose around it is kept as written.
-SECTION_BEGIN = "<!-- written by make bench: begin -->"
-SECTION_END = "<!-- written by make bench: end -->"
 
 
 def manage(*args: str, env: dict) -> str:
@@ -69,7 +67,8 @@ ENV = {
     "DJANGO_DEBUG": "0",
     "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
     "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
-    # Throttling stays on, at a rate the load never reaches, so its cost is measured.
+    # Throttling stays on, at a rate the load never reaches, so its cost is measured: in the
+    # default store, a SQLite file shared by the workers (plants/rate_stores.py).
     "PLANTS_THROTTLE_RATE": "100000000/second",
     # No worker recycling: a worker's restart would charge one round with its boot.
     "GUNICORN_MAX_REQUESTS": "0",
@@ -252,7 +251,6 @@ def report(rounds: dict, peak_rss: dict) -> None:
     ]
     print("\n".join(rows + [""] + summary))
     section = [
-        SECTION_BEGIN,
         f"- When: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         f"- Machine: {machine()}",
         f"- Service: gunicorn, `gunicorn.conf.py` ({_conf['workers']} workers × {_conf['threads']} threads, gthread; "
@@ -274,23 +272,15 @@ def report(rounds: dict, peak_rss: dict) -> None:
         *rows,
         "",
         *summary,
-        SECTION_END,
     ]
-    write_section("\n".join(section))
+    write_section("make bench", "\n".join(section))
+    rate_stores.main()  # its own section: the throttle's store, measured on its own
     failed = [
         name for name in ("granian", "bare", "fastapi") if figures[name]["non_2xx"] or figures[name]["socket_errors"]
     ]
     if failed:
         # A baseline that failed requests did less work than a real create: the ratio means nothing.
         raise SystemExit(f"bench: {', '.join(failed)} answered errors; see the server logs, then rerun")
-
-
-def write_section(section: str) -> None:
-    """Replace make bench's section of BENCHMARKS.md, keeping everything around it."""
-    path = ROOT / "BENCHMARKS.md"
-    text = path.read_text()
-    begin, end = text.index(SECTION_BEGIN), text.index(SECTION_END) + len(SECTION_END)
-    path.write_text(text[:begin] + section + text[end:])
 
 
 if __name__ == "__main__":

@@ -8,4 +8,9 @@ class PlantsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.conf import settings
+
         from plants import schema  # noqa: F401 - registers the OpenAPI bearer scheme
+        from plants.throttling import rate_policy
+
+        rate_policy(settings.PLANTS_THROTTLE_RATE)  # a bad rate stops the start, naming the variable

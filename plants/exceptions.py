@@ -62,7 +62,7 @@ ERROR_CODE_DESCRIPTIONS = {
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: "The body is not sent as application/json.",
     ErrorCode.THROTTLED: "Too many requests with this token; retry after the Retry-After header's seconds.",
     ErrorCode.INTERNAL_ERROR: "An unexpected error in the service; it is logged, and nothing was stored.",
-    ErrorCode.SERVICE_UNAVAILABLE: "The database cannot be reached; retry later.",
+    ErrorCode.SERVICE_UNAVAILABLE: "The database or the rate-limit store cannot be reached; retry later.",
     ErrorCode.REQUEST_TIMEOUT: "The request's headers or body were not sent in time.",
     ErrorCode.LENGTH_REQUIRED: "A body was sent without a Content-Length the server can use.",
     ErrorCode.URI_TOO_LONG: "The request line (method, path and query) is longer than 8 KiB.",
@@ -131,6 +131,12 @@ class DatabaseUnavailable(ApiError):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     error_code = ErrorCode.SERVICE_UNAVAILABLE
     default_detail = "The service cannot reach its database; retry later."
+
+
+class RateLimitStoreUnavailable(ApiError):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    error_code = ErrorCode.SERVICE_UNAVAILABLE
+    default_detail = "The service cannot reach its rate-limit store; retry later."
 
 
 # DRF's own exceptions, by class; looked up along the MRO so subclasses inherit a code.

@@ -8,8 +8,17 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from plants.exceptions import ERROR_CODE_DESCRIPTIONS, ErrorCode
 from plants.serializers import ErrorSerializer, NewPlantSerializer, PlantSerializer
 
-# A name with at least one character that is not white space, and no NUL: what the serializer accepts.
-NON_BLANK_PATTERN = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"
+# What StrictCharField accepts: no NUL, and at least one character that is not white space,
+# spelled out as Python's str.strip() knows it (ECMA-262's \s is another set). Its third rule, no
+# lone surrogates, has no portable pattern (Rust's and Go's regular expressions cannot name
+# surrogates): it is in the fields' descriptions, and a string of Unicode scalar values (I-JSON,
+# RFC 7493) never has one.
+WHITE_SPACE = r"\t\n\u000b\f\r\u001c-\u001f \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+NON_BLANK_PATTERN = rf"^[^\u0000]*[^\u0000{WHITE_SPACE}][^\u0000]*$"
+STRING_RULES = " Not only white space; no NUL characters or lone surrogates."
+
+# The answers that passed through the throttle carry both (draft-ietf-httpapi-ratelimit-headers-10).
+RATE_LIMITED_STATUSES = [200, 400, 413, 415, 429, 503]
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):
@@ -51,11 +60,34 @@ create_plant_schema = extend_schema(
             ),
         ),
         OpenApiParameter(
+            "RateLimit-Policy",
+            OpenApiTypes.STR,
+            OpenApiParameter.HEADER,
+            response=RATE_LIMITED_STATUSES,
+            pattern=r'^"default";q=[1-9][0-9]*;w=[1-9][0-9]*$',
+            description=(
+                'The token\'s quota: `"default";q=600;w=60` is 600 requests per fixed window of 60 seconds '
+                "(PLANTS_THROTTLE_RATE). On every answer to a request the throttle counted: any authenticated one "
+                "while throttling is on, unless its store could not count it (503)."
+            ),
+        ),
+        OpenApiParameter(
+            "RateLimit",
+            OpenApiTypes.STR,
+            OpenApiParameter.HEADER,
+            response=RATE_LIMITED_STATUSES,
+            pattern=r'^"default";r=[0-9]+;t=[1-9][0-9]*$',
+            description=(
+                'What is left of the quota: `"default";r=599;t=42` is 599 more requests allowed in the '
+                "42 seconds until the window resets. `r=0` once the quota is spent."
+            ),
+        ),
+        OpenApiParameter(
             "Retry-After",
             OpenApiTypes.INT,
             OpenApiParameter.HEADER,
             response=[429],
-            description="Seconds until the token's rate limit allows another request.",
+            description="Seconds until the token's quota allows another request: the RateLimit header's `t`.",
         ),
         OpenApiParameter(
             "WWW-Authenticate",
@@ -81,10 +113,11 @@ create_plant_schema = extend_schema(
         ),
         411: _error("A chunked body reached the app without nginx in front.", ErrorCode.LENGTH_REQUIRED),
         413: _error("The body is too large.", ErrorCode.BODY_TOO_LARGE),
+        406: _error("The Accept header excludes application/json.", ErrorCode.NOT_ACCEPTABLE),
         415: _error("The body is not application/json.", ErrorCode.UNSUPPORTED_MEDIA_TYPE),
         429: _error("Too many requests with this token.", ErrorCode.THROTTLED),
         500: _error("An unexpected error in the service.", ErrorCode.INTERNAL_ERROR),
-        503: _error("The database cannot be reached.", ErrorCode.SERVICE_UNAVAILABLE),
+        503: _error("The database or the rate-limit store cannot be reached.", ErrorCode.SERVICE_UNAVAILABLE),
     },
 )
 
@@ -96,6 +129,7 @@ def finalize_schema(result, generator, request, public):
     schemas["NewPlant"]["additionalProperties"] = False
     for field in ("name", "tag"):
         schemas["NewPlant"]["properties"][field]["pattern"] = NON_BLANK_PATTERN
+        schemas["NewPlant"]["properties"][field]["description"] += STRING_RULES
     result["info"]["description"] += "\n\n## Error codes\n\n" + _catalog(*ErrorCode)
     # The contract applies bearerAuth to the whole interface: say it once, at the top level.
     result["security"] = [{"bearerAuth": []}]

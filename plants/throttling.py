@@ -1,45 +1,108 @@
-"""Per-token request throttling, with its state in Django's cache."""
+"""Per-token rate limits: the rule, the counters' store, and the RateLimit headers that show them."""
 
+import functools
+import logging
+import math
 import time
+from dataclasses import dataclass
 
 from django.conf import settings
-from django.core.cache import cache
-from rest_framework.throttling import BaseThrottle
+from django.core.exceptions import ImproperlyConfigured
+from rest_framework.throttling import BaseThrottle, SimpleRateThrottle
 
+from plants.exceptions import RateLimitStoreUnavailable
 from plants.models import ApiToken
+from plants.rate_stores import StoreError, store_for
 
-PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+logger = logging.getLogger(__name__)
+
+# The clock of every window; tests move it instead of waiting for the top of an hour.
+clock = time.time
+
+# The one policy a token has, named in both headers (draft-ietf-httpapi-ratelimit-headers-10).
+POLICY_NAME = "default"
 
 
-def parse_rate(rate: str) -> tuple[int, int]:
-    """'600/minute' -> (600, 60): DRF's rate syntax."""
-    count, period = rate.split("/")
-    return int(count), PERIODS[period[0]]
+@dataclass(frozen=True)
+class RatePolicy:
+    """`limit` requests per token per fixed window of `window` seconds."""
+
+    limit: int
+    window: int
+
+    @property
+    def header(self) -> str:
+        return f'"{POLICY_NAME}";q={self.limit};w={self.window}'
+
+
+@functools.lru_cache(maxsize=8)
+def rate_policy(rate: str) -> RatePolicy | None:
+    """PLANTS_THROTTLE_RATE as DRF reads a rate ('600/minute' -> 600 per 60 s); None when empty."""
+    if not rate:
+        return None
+    try:
+        limit, window = SimpleRateThrottle.parse_rate(None, rate)  # DRF's parser; it uses no `self`
+    except (ValueError, KeyError, IndexError):
+        limit = 0
+    if limit < 1:
+        raise ImproperlyConfigured(
+            f"PLANTS_THROTTLE_RATE must look like 600/minute (a positive count per second, minute, hour "
+            f"or day), not {rate!r}."
+        )
+    return RatePolicy(limit, window)
+
+
+@dataclass(frozen=True)
+class RateLimitCount:
+    """Where one request left its token's quota: its place in the window and the seconds to the reset."""
+
+    policy: RatePolicy
+    count: int
+    reset: int
+
+    @property
+    def allowed(self) -> bool:
+        return self.count <= self.policy.limit
+
+    def headers(self) -> dict[str, str]:
+        remaining = max(0, self.policy.limit - self.count)
+        return {"RateLimit-Policy": self.policy.header, "RateLimit": f'"{POLICY_NAME}";r={remaining};t={self.reset}'}
+
+
+def rate_limit_count(token: ApiToken, policy: RatePolicy) -> RateLimitCount:
+    """Count one request of `token` in the current fixed window: one atomic increment in the store."""
+    now = clock()
+    window_start = int(now // policy.window) * policy.window
+    store = store_for(settings.REDIS_URL, settings.PLANTS_THROTTLE_DIR)
+    try:
+        count = store.increment(token.digest, window_start, policy.window)
+    except StoreError as error:
+        logger.error("rate-limit store unavailable: %s", type(error.__cause__ or error).__name__, exc_info=error)
+        raise RateLimitStoreUnavailable() from None
+    return RateLimitCount(policy, count, reset=max(1, math.ceil(window_start + policy.window - now)))
 
 
 class TokenRateThrottle(BaseThrottle):
-    """At most PLANTS_THROTTLE_RATE requests per token per fixed window.
+    """At most PLANTS_THROTTLE_RATE requests per token per fixed window, across every worker.
 
-    A counter per token and window, bumped with the cache's atomic add/incr: with Redis as
-    the cache every app server counts against the same limit.
+    The count is left on the request (`request.rate_limit`) for add_rate_limit_headers.
+    A store that cannot be reached fails closed: 503 SERVICE_UNAVAILABLE, never an unlimited pass.
     """
 
     def allow_request(self, request, view) -> bool:
-        rate = settings.PLANTS_THROTTLE_RATE
-        if not rate or not isinstance(request.auth, ApiToken):
+        policy = rate_policy(settings.PLANTS_THROTTLE_RATE)
+        if policy is None or not isinstance(request.auth, ApiToken):
             return True
-        limit, period = parse_rate(rate)
-        now = time.time()
-        window = int(now // period)
-        key = f"throttle:token:{request.auth.pk}:{window}"
-        self.retry_after = (window + 1) * period - now
-        try:
-            count = cache.incr(key)  # the common case: one cache operation
-        except ValueError:  # the first request of this window
-            if cache.add(key, 1, timeout=period + 1):
-                return True
-            count = cache.incr(key)  # another request created the key meanwhile
-        return count <= limit
+        request.rate_limit = self.counted = rate_limit_count(request.auth, policy)
+        return self.counted.allowed
 
     def wait(self) -> float:
-        return self.retry_after
+        return self.counted.reset
+
+
+def add_rate_limit_headers(request, response) -> None:
+    """RateLimit-Policy and RateLimit on every answer to a request the throttle counted, 429 included."""
+    counted = getattr(request, "rate_limit", None)
+    if counted is not None:
+        for name, value in counted.headers().items():
+            response[name] = value

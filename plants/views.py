@@ -16,6 +16,7 @@ from plants.negotiation import request_media_type
 from plants.schema import create_plant_schema
 from plants.serializers import NewPlantSerializer, plant_representation
 from plants.services import plant_create
+from plants.throttling import add_rate_limit_headers
 
 
 class PlantViewSet(mixins.CreateModelMixin, viewsets.GenericViewSet):
@@ -29,6 +30,11 @@ class PlantViewSet(mixins.CreateModelMixin, viewsets.GenericViewSet):
         serializer.is_valid(raise_exception=True)
         plant = plant_create(**serializer.validated_data)
         return Response(plant_representation(plant), status=status.HTTP_200_OK)
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        add_rate_limit_headers(request, response)
+        return response
 
 
 def read_json_object(request) -> dict:

@@ -1,7 +1,6 @@
 """Settings for the Plant Store service, read from the environment (see README)."""
 
 import os
-import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -171,12 +170,12 @@ if proxy_header := os.environ.get("DJANGO_SECURE_PROXY_SSL_HEADER"):
 
 # The API's own limits.
 PLANTS_MAX_BODY_BYTES = env_int("PLANTS_MAX_BODY_BYTES", 4096)
+# Requests per token per window, as DRF reads a rate (checked at start-up by plants.throttling).
 PLANTS_THROTTLE_RATE = os.environ.get("PLANTS_THROTTLE_RATE", "600/minute")  # empty: no throttle
-if PLANTS_THROTTLE_RATE and not re.fullmatch(r"\d+/(s|sec|second|m|min|minute|h|hour|d|day)", PLANTS_THROTTLE_RATE):
-    raise ImproperlyConfigured(
-        f"PLANTS_THROTTLE_RATE must look like 600/minute (per second, minute, hour or day), "
-        f"not {PLANTS_THROTTLE_RATE!r}."
-    )
+# The counters' store: Redis when set (every server shares the limit), else a SQLite file in
+# PLANTS_THROTTLE_DIR that all worker processes of this server share (plants/rate_stores.py).
+REDIS_URL = os.environ.get("REDIS_URL", "")
+PLANTS_THROTTLE_DIR = os.environ.get("PLANTS_THROTTLE_DIR", "")
 # /metrics answers only requests bearing this token (Prometheus' `authorization` setting); unset, it is a 404.
 PLANTS_METRICS_TOKEN = os.environ.get("PLANTS_METRICS_TOKEN", "")
 if PLANTS_METRICS_TOKEN and len(PLANTS_METRICS_TOKEN) < 32:
@@ -185,11 +184,6 @@ if PLANTS_METRICS_TOKEN and len(PLANTS_METRICS_TOKEN) < 32:
         'python -c "import secrets; print(secrets.token_urlsafe(32))"'
     )
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024  # admin forms; the API has its own, smaller cap
-
-if redis_url := os.environ.get("REDIS_URL"):
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": redis_url}}
-else:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["plants.authentication.BearerTokenAuthentication"],

@@ -143,11 +143,25 @@ def test_body_just_under_the_cap_is_parsed(post_plant, settings):
     assert response.json()["error"] == 40002
 
 
-def test_answer_is_json_whatever_accept_says(post_plant):
-    response = post_plant({"id": 1, "name": "Rose"}, HTTP_ACCEPT="text/html")
+@pytest.mark.parametrize(
+    "accept",
+    ["application/json", "*/*", "application/*", "text/html, */*;q=0.1", "application/json; charset=utf-8", ""],
+)
+def test_accept_that_allows_json_is_answered_in_json(post_plant, accept):
+    response = post_plant({"id": 1, "name": "Rose"}, HTTP_ACCEPT=accept)
 
     assert response.status_code == 200
     assert response["Content-Type"] == "application/json"
+
+
+@pytest.mark.parametrize(
+    "accept", ["text/html", "application/xml, text/*", "application/json;q=0", "application/json;q=0, */*", "x"]
+)
+def test_accept_that_excludes_json_returns_406_error_body_and_stores_nothing(post_plant, accept):
+    response = post_plant({"id": 1, "name": "Rose"}, HTTP_ACCEPT=accept)
+
+    assert_error(response, 406, 40600, "The answer can only be application/json, which the Accept header excludes.")
+    assert Plant.objects.count() == 0
 
 
 @pytest.mark.parametrize("method", ["get", "put", "patch", "delete"])

@@ -84,12 +84,33 @@ def test_create_operation_documents_every_status_it_answers(schema):
         "$ref": "#/components/schemas/NewPlant"
     }
     responses = operation["responses"]
-    assert sorted(responses) == ["200", "400", "401", "411", "413", "415", "429", "500", "503"]
+    assert sorted(responses) == ["200", "400", "401", "406", "411", "413", "415", "429", "500", "503"]
     assert responses["200"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Plant"}
-    for status in ["400", "401", "411", "413", "415", "429", "500", "503"]:
+    for status in ["400", "401", "406", "411", "413", "415", "429", "500", "503"]:
         assert responses[status]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Error"}
     assert "40003" in responses["400"]["description"]
     assert "Retry-After" in responses["429"]["headers"]
+    for status in ["200", "400", "413", "415", "429", "503"]:
+        assert {"RateLimit-Policy", "RateLimit"} <= set(responses[status]["headers"]), status
+
+
+def test_name_pattern_is_exactly_the_rule_the_server_enforces(schema):
+    """A one-character name is valid by the published pattern iff the serializer accepts it: every
+    code point up to U+3100 (all of Unicode's white space lies below) and some beyond. Surrogates,
+    which no portable pattern can name, are refused and the description says so."""
+    from plants.serializers import NewPlantSerializer
+
+    pattern = re.compile(schema["components"]["schemas"]["NewPlant"]["properties"]["name"]["pattern"])
+    for code_point in [*range(0x3100), 0xFEFF, 0x1F33F, 0x10FFFF]:
+        character = chr(code_point)
+        accepted = NewPlantSerializer(data={"id": 1, "name": character}).is_valid()
+        assert bool(pattern.match(character)) == accepted, hex(code_point)
+    assert pattern.match(" Rose \u3000") and not pattern.match(" \t\u3000")
+    assert not NewPlantSerializer(data={"id": 1, "name": "Rose\ud800"}).is_valid()
+    assert (
+        "no NUL characters or lone surrogates"
+        in schema["components"]["schemas"]["NewPlant"]["properties"]["name"]["description"]
+    )
 
 
 def test_docs_page_renders_with_assets_served_by_the_service():

@@ -1,75 +1,232 @@
-"""Per-token throttling: 429 with Retry-After past the rate, counted in the cache (Redis when set)."""
+"""Per-token rate limits: RateLimit headers on every counted answer, 429 past the quota, one shared count."""
 
-import re
+import json
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.core.cache import cache
+from django.core.exceptions import ImproperlyConfigured
 
 from plants.models import Plant
 from plants.services import token_issue
+from plants.throttling import RatePolicy, rate_policy
 from tests.live import request
 
 pytestmark = pytest.mark.django_db
 
-# An hourly window: a test never straddles two windows unless it runs across the hour.
-RATE = "3/hour"
+HOUR = 3600
+# 1000 s into an hourly window: 2600 s until it resets.
+WINDOW_START = 1_800_000_000 - 1_800_000_000 % HOUR
+NOW = WINDOW_START + 1000
+
+
+class Clock:
+    """The throttle's clock, set by the test: no test waits for, or straddles, a window's end."""
+
+    def __init__(self, now: float):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def store(request, settings, tmp_path):
+    """Each test runs against both stores: the default SQLite file, and a real redis-server."""
+    settings.PLANTS_THROTTLE_DIR = str(tmp_path / "rate-limits")
+    settings.REDIS_URL = request.getfixturevalue("redis_server").url if request.param == "redis" else ""
+    return request.param
 
 
 @pytest.fixture
-def throttled(settings):
-    settings.PLANTS_THROTTLE_RATE = RATE
-    cache.clear()
-    yield
-    cache.clear()
+def clock(monkeypatch) -> Clock:
+    clock = Clock(NOW)
+    monkeypatch.setattr("plants.throttling.clock", clock)
+    return clock
 
 
-def test_request_over_the_rate_returns_429_with_retry_after_and_stores_nothing(throttled, post_plant):
+@pytest.fixture
+def three_per_hour(settings, store, clock):
+    settings.PLANTS_THROTTLE_RATE = "3/hour"
+
+
+def rate_limit_headers(response) -> tuple[str | None, str | None]:
+    return response.get("RateLimit-Policy"), response.get("RateLimit")
+
+
+def test_each_answer_within_the_quota_shows_the_policy_and_what_remains(three_per_hour, post_plant):
+    answers = [post_plant({"id": plant_id, "name": "Rose"}) for plant_id in range(3)]
+
+    assert [answer.status_code for answer in answers] == [200, 200, 200]
+    assert [rate_limit_headers(answer) for answer in answers] == [
+        ('"default";q=3;w=3600', '"default";r=2;t=2600'),
+        ('"default";q=3;w=3600', '"default";r=1;t=2600'),
+        ('"default";q=3;w=3600', '"default";r=0;t=2600'),
+    ]
+
+
+def test_request_over_the_quota_returns_429_with_retry_after_and_stores_nothing(three_per_hour, post_plant, clock):
     for plant_id in range(3):
         assert post_plant({"id": plant_id, "name": "Rose"}).status_code == 200
+    clock.now += 0.5  # t and Retry-After round up: 2599.5 s left is 2600
 
     response = post_plant({"id": 99, "name": "Rose"})
 
     assert response.status_code == 429
-    retry_after = int(response["Retry-After"])
-    assert 1 <= retry_after <= 3600
-    assert response.json() == {
-        "error": 42900,
-        "message": f"Request was throttled. Expected available in {retry_after} seconds.",
-    }
+    assert response["Retry-After"] == "2600"
+    assert rate_limit_headers(response) == ('"default";q=3;w=3600', '"default";r=0;t=2600')
+    assert response.json() == {"error": 42900, "message": "Request was throttled. Expected available in 2600 seconds."}
     assert not Plant.objects.filter(id=99).exists()
 
 
-def test_throttle_counts_each_token_separately(throttled, post_plant, api_client):
+def test_refused_bodies_count_against_the_quota_and_show_it(three_per_hour, post_plant):
+    refused = post_plant({"id": "1", "name": "Rose"})
+    wrong_type = post_plant("{}", content_type="text/plain")
+
+    assert (refused.status_code, rate_limit_headers(refused)[1]) == (400, '"default";r=2;t=2600')
+    assert (wrong_type.status_code, rate_limit_headers(wrong_type)[1]) == (415, '"default";r=1;t=2600')
+
+
+def test_next_window_restores_the_whole_quota(three_per_hour, post_plant, clock):
     for plant_id in range(4):
         post_plant({"id": plant_id, "name": "Rose"})
+    clock.now = WINDOW_START + HOUR
+
+    response = post_plant({"id": 10, "name": "Rose"})
+
+    assert response.status_code == 200
+    assert rate_limit_headers(response)[1] == '"default";r=2;t=3600'
+
+
+def test_quota_is_counted_for_each_token_separately(three_per_hour, post_plant, api_client):
+    statuses = [post_plant({"id": plant_id, "name": "Rose"}).status_code for plant_id in range(4)]
     _, other_secret = token_issue(name="other-client")
 
     response = api_client.post(
         "/plants", {"id": 50, "name": "Tulip"}, format="json", HTTP_AUTHORIZATION=f"Bearer {other_secret}"
     )
 
+    assert statuses == [200, 200, 200, 429]
     assert response.status_code == 200
+    assert rate_limit_headers(response)[1] == '"default";r=2;t=2600'
 
 
-def test_empty_rate_turns_throttling_off(settings, post_plant):
+def test_unauthenticated_answers_carry_no_rate_limit_headers(three_per_hour, api_client):
+    response = api_client.post("/plants", {"id": 1, "name": "Rose"}, format="json")
+
+    assert response.status_code == 401
+    assert rate_limit_headers(response) == (None, None)
+
+
+def test_empty_rate_turns_throttling_and_its_headers_off(settings, post_plant):
     settings.PLANTS_THROTTLE_RATE = ""
 
-    statuses = {post_plant({"id": plant_id, "name": "Rose"}).status_code for plant_id in range(10)}
+    answers = [post_plant({"id": plant_id, "name": "Rose"}) for plant_id in range(10)]
 
-    assert statuses == {200}
+    assert {answer.status_code for answer in answers} == {200}
+    assert {rate_limit_headers(answer) for answer in answers} == {(None, None)}
 
 
-def test_two_app_servers_share_one_limit_through_redis(gunicorn, redis_server, token):
-    environment = {"REDIS_URL": redis_server.url, "PLANTS_THROTTLE_RATE": "5/hour"}
-    first, second = gunicorn(**environment), gunicorn(**environment)
+def test_redis_outage_fails_closed_with_503_and_stores_nothing(settings, redis_server, post_plant, caplog):
+    settings.PLANTS_THROTTLE_RATE = "3/hour"
+    settings.REDIS_URL = redis_server.url
+    redis_server.stop()
 
-    statuses = [
-        request(f"{server.url}/plants", {"id": plant_id, "name": "Rose"}, token)[0]
-        for plant_id, server in enumerate([first, second, first, second, first, second, first])
-    ]
+    response = post_plant({"id": 1, "name": "Rose"})
 
-    assert statuses == [200, 200, 200, 200, 200, 429, 429]
-    status, headers, text = request(f"{second.url}/plants", {"id": 100, "name": "Rose"}, token)
-    assert status == 429
-    assert re.fullmatch(r"\d+", headers["Retry-After"])
-    assert Plant.objects.count() == 5
+    assert response.status_code == 503
+    assert response.json() == {"error": 50300, "message": "The service cannot reach its rate-limit store; retry later."}
+    assert rate_limit_headers(response) == (None, None)
+    assert not Plant.objects.exists()
+    assert "rate-limit store unavailable: ConnectionError" in caplog.text
+
+
+def test_unwritable_sqlite_store_fails_closed_with_503(settings, tmp_path, post_plant, caplog):
+    settings.PLANTS_THROTTLE_RATE = "3/hour"
+    settings.REDIS_URL = ""
+    not_a_directory = tmp_path / "file"
+    not_a_directory.write_text("")
+    settings.PLANTS_THROTTLE_DIR = str(not_a_directory)
+
+    response = post_plant({"id": 1, "name": "Rose"})
+
+    assert response.status_code == 503
+    assert response.json()["error"] == 50300
+    assert not Plant.objects.exists()
+    assert "rate-limit store unavailable" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("rate", "policy"),
+    [("600/minute", (600, 60)), ("5/s", (5, 1)), ("2/hour", (2, 3600)), ("1/day", (1, 86400))],
+)
+def test_rate_is_read_as_drf_reads_it(rate, policy):
+    assert rate_policy(rate) == RatePolicy(*policy)
+
+
+@pytest.mark.parametrize("rate", ["lots", "0/minute", "-1/minute", "5/fortnight", "5/", "/minute", "5"])
+def test_rate_that_is_not_a_positive_count_per_period_is_refused(rate):
+    with pytest.raises(ImproperlyConfigured, match="PLANTS_THROTTLE_RATE must look like 600/minute"):
+        rate_policy(rate)
+
+
+# Live: real gunicorn workers (separate processes) counting in one store.
+
+QUOTA = 10
+
+
+def wait_out_the_top_of_the_hour(margin: float = 60) -> None:
+    """The live servers use the real clock: keep one test's requests inside one hourly window."""
+    left = HOUR - time.time() % HOUR
+    if left < margin:
+        time.sleep(left + 1)
+
+
+def post_over_fresh_connections(servers, token: str, count: int) -> list[tuple]:
+    """`count` creates, spread over the servers from 6 client threads, each on a new connection."""
+
+    def post(plant_id: int):
+        status, headers, text = request(
+            f"{servers[plant_id % len(servers)].url}/plants", {"id": plant_id, "name": "Rose"}, token
+        )
+        return status, dict(headers or {}), text
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        return list(pool.map(post, range(count)))
+
+
+@pytest.mark.parametrize("store_name", ["default", "redis"])
+def test_quota_is_exact_across_worker_processes_and_servers(gunicorn, request, tmp_path, token, store_name):
+    environment = {"PLANTS_THROTTLE_RATE": f"{QUOTA}/hour", "GUNICORN_WORKERS": "3", "GUNICORN_THREADS": "2"}
+    if store_name == "redis":  # two servers sharing one Redis
+        environment["REDIS_URL"] = request.getfixturevalue("redis_server").url
+        servers = [gunicorn(**environment), gunicorn(**environment)]
+    else:  # one server, its workers sharing the SQLite file
+        environment["PLANTS_THROTTLE_DIR"] = str(tmp_path / "rate-limits")
+        servers = [gunicorn(**environment)]
+    wait_out_the_top_of_the_hour()
+    started = time.time()
+
+    answers = post_over_fresh_connections(servers, token, 3 * QUOTA)
+
+    finished = time.time()
+    window_end = (started // HOUR + 1) * HOUR
+    assert finished < window_end
+    statuses = sorted(status for status, _, _ in answers)
+    assert statuses == [200] * QUOTA + [429] * (2 * QUOTA)
+    remaining = []
+    for status, headers, text in answers:
+        assert headers["RateLimit-Policy"] == f'"default";q={QUOTA};w=3600'
+        r, t = headers["RateLimit"].removeprefix('"default";r=').split(";t=")
+        assert math.ceil(window_end - finished) <= int(t) <= math.ceil(window_end - started)
+        if status == 429:
+            assert (r, headers["Retry-After"]) == ("0", t)
+            assert json.loads(text) == {
+                "error": 42900,
+                "message": f"Request was throttled. Expected available in {t} seconds.",
+            }
+        else:
+            remaining.append(int(r))
+    assert sorted(remaining) == list(range(QUOTA))
+    assert Plant.objects.count() == QUOTA

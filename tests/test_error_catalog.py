@@ -1,0 +1,141 @@
+"""Every code in the catalog is reachable: one request (or one real fault) per code, and its answer."""
+
+import pytest
+from django.test import Client
+
+from plants.exceptions import ErrorCode
+
+pytestmark = pytest.mark.django_db
+
+ROSE = {"id": 1, "name": "Rose"}
+
+
+def bad_request(reach):
+    return Client().get("/healthz", HTTP_HOST="evil.example")
+
+
+def malformed_body(reach):
+    return reach.post_plant("{")
+
+
+def invalid_field(reach):
+    return reach.post_plant({"id": "1", "name": "Rose"})
+
+
+def duplicate_id(reach):
+    reach.post_plant(ROSE)
+    return reach.post_plant({"id": 1, "name": "Tulip"})
+
+
+def unauthenticated(reach):
+    return reach.api_client.post("/plants", ROSE, format="json")
+
+
+def invalid_token(reach):
+    return reach.api_client.post("/plants", ROSE, format="json", HTTP_AUTHORIZATION="Bearer plnt_unknown")
+
+
+def malformed_credentials(reach):
+    return reach.api_client.post("/plants", ROSE, format="json", HTTP_AUTHORIZATION="Bearer two tokens")
+
+
+def forbidden(reach):
+    return Client(enforce_csrf_checks=True).post("/admin/login/", {"username": "a", "password": "b"})
+
+
+def not_found(reach):
+    return reach.api_client.post("/nothing-here", ROSE, format="json", **reach.auth_headers)
+
+
+def method_not_allowed(reach):
+    return reach.api_client.get("/plants", **reach.auth_headers)
+
+
+def not_acceptable(reach):
+    return reach.post_plant(ROSE, HTTP_ACCEPT="text/html")
+
+
+def body_too_large(reach):
+    return reach.post_plant({"id": 1, "name": "x" * 5000})
+
+
+def unsupported_media_type(reach):
+    return reach.post_plant(ROSE, content_type="text/plain")
+
+
+def throttled(reach):
+    reach.settings.PLANTS_THROTTLE_RATE = "1/day"
+    reach.settings.PLANTS_THROTTLE_DIR = str(reach.tmp_path)
+    reach.post_plant(ROSE)
+    return reach.post_plant({"id": 2, "name": "Rose"})
+
+
+def internal_error(reach):
+    def explode(**kwargs):
+        raise RuntimeError("a bug")
+
+    reach.monkeypatch.setattr("plants.views.plant_create", explode)
+    reach.api_client.raise_request_exception = False  # answer as a server would
+    return reach.post_plant(ROSE)
+
+
+def service_unavailable(reach):
+    # A real fault: the rate-limit store (a real redis-server) is gone.
+    redis_server = reach.getfixturevalue("redis_server")
+    reach.settings.PLANTS_THROTTLE_RATE = "10/minute"
+    reach.settings.REDIS_URL = redis_server.url
+    redis_server.stop()
+    return reach.post_plant(ROSE)
+
+
+REACH = {
+    ErrorCode.BAD_REQUEST: bad_request,
+    ErrorCode.MALFORMED_BODY: malformed_body,
+    ErrorCode.INVALID_FIELD: invalid_field,
+    ErrorCode.DUPLICATE_ID: duplicate_id,
+    ErrorCode.UNAUTHENTICATED: unauthenticated,
+    ErrorCode.INVALID_TOKEN: invalid_token,
+    ErrorCode.MALFORMED_CREDENTIALS: malformed_credentials,
+    ErrorCode.FORBIDDEN: forbidden,
+    ErrorCode.NOT_FOUND: not_found,
+    ErrorCode.METHOD_NOT_ALLOWED: method_not_allowed,
+    ErrorCode.NOT_ACCEPTABLE: not_acceptable,
+    ErrorCode.BODY_TOO_LARGE: body_too_large,
+    ErrorCode.UNSUPPORTED_MEDIA_TYPE: unsupported_media_type,
+    ErrorCode.THROTTLED: throttled,
+    ErrorCode.INTERNAL_ERROR: internal_error,
+    ErrorCode.SERVICE_UNAVAILABLE: service_unavailable,
+}
+
+
+class Reach:
+    """The fixtures a way of reaching a code may need."""
+
+    def __init__(self, request, **fixtures):
+        self.getfixturevalue = request.getfixturevalue
+        self.__dict__.update(fixtures)
+
+
+@pytest.mark.parametrize("code", list(ErrorCode), ids=lambda code: code.name)
+def test_every_catalog_code_is_reached_with_its_status_and_an_error_body(
+    code, request, api_client, auth_headers, post_plant, settings, monkeypatch, tmp_path
+):
+    assert code in REACH, f"{code.name} has no request that reaches it: add one, or drop the code"
+    reach = Reach(
+        request,
+        api_client=api_client,
+        auth_headers=auth_headers,
+        post_plant=post_plant,
+        settings=settings,
+        monkeypatch=monkeypatch,
+        tmp_path=tmp_path,
+    )
+
+    response = REACH[code](reach)
+
+    assert response.status_code == code // 100
+    assert response["Content-Type"] == "application/json"
+    body = response.json()
+    assert body["error"] == code
+    assert set(body) == ({"error", "message", "fields"} if code == ErrorCode.INVALID_FIELD else {"error", "message"})
+    assert body["message"]
