@@ -38,7 +38,6 @@ class ErrorCode(IntEnum):
     SERVICE_UNAVAILABLE = 50300
     # The HTTP layer's own refusals: nginx's (deploy/nginx.conf), and the app's 411 for a chunked
     # body that reached gunicorn without nginx in front.
-    REQUEST_TIMEOUT = 40800
     LENGTH_REQUIRED = 41100
     URI_TOO_LONG = 41400
     HEADERS_TOO_LARGE = 43100
@@ -63,7 +62,6 @@ ERROR_CODE_DESCRIPTIONS = {
     ErrorCode.THROTTLED: "Too many requests with this token; retry after the Retry-After header's seconds.",
     ErrorCode.INTERNAL_ERROR: "An unexpected error in the service; it is logged, and nothing was stored.",
     ErrorCode.SERVICE_UNAVAILABLE: "The database or the rate-limit store cannot be reached; retry later.",
-    ErrorCode.REQUEST_TIMEOUT: "The request's headers or body were not sent in time.",
     ErrorCode.LENGTH_REQUIRED: "A body was sent without a Content-Length the server can use.",
     ErrorCode.URI_TOO_LONG: "The request line (method, path and query) is longer than 8 KiB.",
     ErrorCode.HEADERS_TOO_LARGE: "A request header is longer than 8 KiB, or all of them together than 32 KiB.",
