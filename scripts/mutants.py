@@ -108,6 +108,43 @@ MUTANTS = [
         "wrong code for a malformed header",
     ),
     ("plants/exceptions.py", "if exc.status_code >= 500", "if exc.status_code > 500", "503s coded as 400s"),
+    (
+        "plants/throttling.py",
+        "return self.count <= self.policy.limit",
+        "return self.count < self.policy.limit",
+        "one request fewer than the quota",
+    ),
+    (
+        "plants/throttling.py",
+        "max(0, self.policy.limit - self.count)",
+        "max(0, self.policy.limit - self.count + 1)",
+        "RateLimit's remaining count off by one",
+    ),
+    (
+        "plants/throttling.py",
+        "if policy is None or not isinstance(request.auth, ApiToken):",
+        "if policy is None or isinstance(request.auth, ApiToken):",
+        "tokens never throttled",
+    ),
+    (
+        "plants/throttling.py",
+        "raise RateLimitStoreUnavailable() from None",
+        "return RateLimitCount(policy, 0, reset=1)",
+        "a lost store lets every request through",
+    ),
+    (
+        "plants/rate_stores.py",
+        "THEN 1 ELSE count + 1 END",
+        "THEN count + 1 ELSE count + 1 END",
+        "a new window keeps the old count",
+    ),
+    (
+        "plants/negotiation.py",
+        "    return best_weight > 0",
+        "    return best_weight >= 0",
+        "Accept: application/json;q=0 taken as accepting JSON",
+    ),
+    ("plants/negotiation.py", "if rank > best_rank and", "if rank < best_rank and", "a less specific range decides"),
     ("plants/parsers.py", "if len(raw) > limit:", "if len(raw) > limit + 1:", "bodies one byte over the cap read"),
     (
         "plants/parsers.py",

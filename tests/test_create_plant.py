@@ -108,8 +108,12 @@ def test_create_generates_request_id_when_client_sends_unsafe_one(post_plant):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_authenticated_create_is_one_token_select_and_one_insert(post_plant, django_assert_num_queries):
-    # On every database: the token lookup (every request reads its row) and the INSERT.
+def test_authenticated_create_is_one_token_select_and_one_insert(
+    post_plant, settings, tmp_path, django_assert_num_queries
+):
+    # On every database, throttled as in production (its counter is in a store of its own):
+    # the token lookup (every request reads its row) and the INSERT.
+    settings.PLANTS_THROTTLE_RATE, settings.PLANTS_THROTTLE_DIR = "600/minute", str(tmp_path)
     post_plant({"id": 10, "name": "warm-up"})  # the first use of a token records last_used_at
 
     with django_assert_num_queries(2) as captured:
