@@ -68,7 +68,7 @@ coverage: $(VENV)/.dev ## branch coverage of plants/ by the suites run since cov
 	$(VENV)/bin/coverage report
 
 test-contract: $(VENV)/.dev system-packages ## schemathesis against a live gunicorn on a throwaway PostgreSQL, using /openapi.json
-	scripts/with-postgres scripts/contract-test
+	scripts/with-postgres $(PYTHON) scripts/contract_test.py
 
 # The FastAPI peer of make bench has its own venv inside .venv: none of its packages reach the service's.
 $(VENV)/peers/.installed: bench/peers/requirements.txt | $(VENV)/.runtime

@@ -1,4 +1,4 @@
-"""schemathesis hooks for `scripts/contract-test`: spread generated ids so valid bodies are new plants."""
+"""schemathesis hooks for `scripts/contract_test.py`: spread generated ids so valid bodies are new plants."""
 
 import secrets
 
