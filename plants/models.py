@@ -107,8 +107,9 @@ class ApiToken(models.Model):
         return TokenStatus.ACTIVE
 
 
-# What authenticating a request reads of its token (with the primary key).
-AUTHENTICATION_FIELDS = ["name", "expires_at", "revoked_at", "last_used_at"]
+# What authenticating and throttling a request read of its token (with the primary key): the
+# digest keys its rate-limit counter (unique, never reused), so it is loaded, not deferred.
+AUTHENTICATION_FIELDS = ["name", "digest", "expires_at", "revoked_at", "last_used_at"]
 
 
 @cache

@@ -70,12 +70,15 @@ class RateLimitCount:
 
 
 def rate_limit_count(token: ApiToken, policy: RatePolicy) -> RateLimitCount:
-    """Count one request of `token` in the current fixed window: one atomic increment in the store."""
+    """Count one request of `token` in the current fixed window: one atomic increment in the store.
+
+    Keyed by the token's digest (loaded with it: AUTHENTICATION_FIELDS), unique and never reused.
+    """
     now = clock()
     window_start = int(now // policy.window) * policy.window
     store = store_for(settings.REDIS_URL, settings.PLANTS_THROTTLE_DIR)
     try:
-        count = store.increment(str(token.pk), window_start, policy.window)
+        count = store.increment(token.digest, window_start, policy.window)
     except StoreError as error:
         logger.error("rate-limit store unavailable: %s", type(error.__cause__ or error).__name__, exc_info=error)
         raise RateLimitStoreUnavailable() from None

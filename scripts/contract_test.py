@@ -20,8 +20,10 @@ SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
 
 
 def manage(server: LiveGunicorn, *args: str) -> str:
+    # The server's settings, but not its metrics folder: gunicorn makes that when it starts.
+    env = {name: value for name, value in server.env.items() if name != "PROMETHEUS_MULTIPROC_DIR"}
     return subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=server.env, check=True, capture_output=True, text=True
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True
     ).stdout
 
 
