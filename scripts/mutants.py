@@ -152,6 +152,19 @@ MUTANTS = [
         "if isinstance(data, list):",
         "JSON scalars taken for objects",
     ),
+    ("plants/parsers.py", "    if len(result) != len(pairs):", "    if False:", "duplicate keys silently last-wins"),
+    (
+        "plants/parsers.py",
+        "nesting_depth(text) > MAX_DEPTH:",
+        "nesting_depth(text) > MAX_DEPTH * 40:",
+        "deep nesting reaches json's recursive decoder",
+    ),
+    (
+        "plants/parsers.py",
+        "    for char in JSON_STRING.sub('\"\"', text):",
+        "    for char in text:",
+        "brackets inside strings counted as nesting",
+    ),
     ("plants/parsers.py", "parse_constant=_reject_constant", "parse_constant=float", "NaN and Infinity accepted"),
     ("plants/views.py", "status=status.HTTP_200_OK", "status=status.HTTP_201_CREATED", "201, not the contract's 200"),
     (
