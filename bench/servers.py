@@ -1,12 +1,11 @@
 """The servers `make bench` runs beside gunicorn: the FastAPI peer's uvicorn, and granian for the service."""
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from tests.live import ROOT, free_port, wait_until_healthy
+from tests.live import ROOT, free_port, stop_process, wait_until_healthy
 
 PEER_PYTHON = Path(os.environ.get("BENCH_PEER_PYTHON", ROOT / ".venv" / "peers" / "bin" / "python"))
 PEER_WORKERS = 2
@@ -38,13 +37,7 @@ class LiveServer:
         return [int(pid) for pid in children if b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
 
 
 def uvicorn_peer(log_dir: Path) -> LiveServer:

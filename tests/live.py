@@ -115,6 +115,17 @@ class Load:
         return {plant_id for plant_id, answer_status, *_ in self.answers if answer_status == status}
 
 
+def stop_process(process: subprocess.Popen | None, timeout: float = 15) -> None:
+    """SIGTERM a server and wait for it; SIGKILL it if it has not stopped within `timeout`."""
+    if process and process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def wait_until_healthy(url: str, process: subprocess.Popen, timeout: float, expected: int = 200) -> bool:
     """Poll `url`/healthz until it answers `expected`; False if `process` exits or time runs out."""
     deadline = time.monotonic() + timeout
@@ -180,13 +191,7 @@ class LiveGunicorn:
         self.process.wait()
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
 
 
 class LiveRedis:
