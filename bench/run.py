@@ -21,8 +21,8 @@ import psycopg
 
 from bench import rate_stores
 from bench.report import write_section
-from bench.servers import GRANIAN_THREADS, GRANIAN_WORKERS, PEER_WORKERS, LiveServer, granian_service, uvicorn_peer
-from tests.live import ROOT, LiveGunicorn
+from bench.servers import GRANIAN_THREADS, GRANIAN_WORKERS, PEER_WORKERS, granian_service, uvicorn_peer
+from tests.live import ROOT, LiveGunicorn, LiveServer
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 7))
 SECONDS = int(os.environ.get("BENCH_SECONDS", 8))
@@ -87,7 +87,7 @@ def start_server() -> LiveGunicorn:
     return server.start()
 
 
-def worker_peak_rss_mib(server: LiveGunicorn | LiveServer) -> float:
+def worker_peak_rss_mib(server: LiveServer) -> float:
     peaks = []
     for pid in server.worker_pids():
         status = Path(f"/proc/{pid}/status").read_text()

@@ -138,48 +138,33 @@ def wait_until_healthy(url: str, process: subprocess.Popen, timeout: float, expe
     return False
 
 
-class LiveGunicorn:
-    """gunicorn with gunicorn.conf.py and debug off, as in production, on a free port: for the
-    tests (plantstore_site.wsgi, 2 workers of 4 threads unless `env` says otherwise) and for
-    `make bench` (bench.wsgi)."""
+class LiveServer:
+    """A server process on a free loopback port, its output appended to a log in `log_dir`, ready
+    once its /healthz answers: gunicorn for the tests, and the servers `make bench` runs beside it.
+    `command` may name the port as `{port}`."""
 
-    def __init__(self, log_dir: Path, app: str = "plantstore_site.wsgi", **env: str):
-        self.app = app
+    def __init__(self, name: str, command: list[str], log_dir: Path, **env: str):
+        self.name = name
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_dir / f"gunicorn-{self.port}.log"
-        self.env = {
-            **os.environ,
-            "DJANGO_SETTINGS_MODULE": "plantstore_site.settings",
-            "DJANGO_DEBUG": "0",
-            "DJANGO_SECRET_KEY": "live-test-secret-key-" + "x" * 40,
-            "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
-            "PLANTS_THROTTLE_RATE": "",
-            "GUNICORN_BIND": f"127.0.0.1:{self.port}",
-            "GUNICORN_WORKERS": "2",
-            "GUNICORN_THREADS": "4",
-            # Its own metrics folder, beside its log (gunicorn.conf.py empties it at start).
-            "PROMETHEUS_MULTIPROC_DIR": str(log_dir / f"metrics-{self.port}"),
-            **env,
-        }
+        self.command = [part.format(port=self.port) for part in command]
+        self.log_path = log_dir / f"{name}-{self.port}.log"
+        self.env = {**os.environ, **env}
         self.process: subprocess.Popen | None = None
 
-    def start(self, expect_health: int = 200) -> "LiveGunicorn":
+    def start(self, expect_health: int = 200) -> "LiveServer":
+        # Appended: a server started again (after kill()) keeps its earlier output in the same log.
         log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [str(GUNICORN), "-c", "gunicorn.conf.py", self.app],
-            cwd=ROOT,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        self.process = subprocess.Popen(self.command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
         if not wait_until_healthy(self.url, self.process, timeout=30, expected=expect_health):
-            raise RuntimeError(f"gunicorn's /healthz did not answer {expect_health}: {self.log()}")
+            self.stop()
+            raise RuntimeError(f"{self.name}'s /healthz did not answer {expect_health}: {self.log()}")
         return self
 
     def worker_pids(self) -> list[int]:
-        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text()
-        return [int(pid) for pid in children.split()]
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text().split()
+        # multiprocessing's resource tracker may be a child too; the workers are the others.
+        return [int(pid) for pid in children if b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -192,6 +177,29 @@ class LiveGunicorn:
 
     def stop(self) -> None:
         stop_process(self.process)
+
+
+class LiveGunicorn(LiveServer):
+    """gunicorn with gunicorn.conf.py and debug off, as in production, on a free port: for the
+    tests (plantstore_site.wsgi, 2 workers of 4 threads unless `env` says otherwise) and for
+    `make bench` (bench.wsgi)."""
+
+    def __init__(self, log_dir: Path, app: str = "plantstore_site.wsgi", **env: str):
+        super().__init__("gunicorn", [str(GUNICORN), "-c", "gunicorn.conf.py", app], log_dir)
+        self.env = {
+            **self.env,
+            "DJANGO_SETTINGS_MODULE": "plantstore_site.settings",
+            "DJANGO_DEBUG": "0",
+            "DJANGO_SECRET_KEY": "live-test-secret-key-" + "x" * 40,
+            "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
+            "PLANTS_THROTTLE_RATE": "",
+            "GUNICORN_BIND": f"127.0.0.1:{self.port}",
+            "GUNICORN_WORKERS": "2",
+            "GUNICORN_THREADS": "4",
+            # Its own metrics folder, beside its log (gunicorn.conf.py empties it at start).
+            "PROMETHEUS_MULTIPROC_DIR": str(log_dir / f"metrics-{self.port}"),
+            **env,
+        }
 
 
 class LiveRedis:
@@ -222,9 +230,7 @@ class LiveRedis:
         raise RuntimeError("redis-server did not start")
 
     def stop(self) -> None:
-        if self.process:
-            self.process.terminate()
-            self.process.wait(timeout=10)
+        stop_process(self.process)
 
 
 def as_unprivileged_user() -> dict:
@@ -284,9 +290,7 @@ class LivePgBouncer:
 
     def terminate(self) -> None:
         """Stop the process, keeping its folder, so that start() brings it back on the same port."""
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=10)
+        stop_process(self.process)
 
     def stop(self) -> None:
         self.terminate()
@@ -349,9 +353,7 @@ class LivePrometheus:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=15)
+        stop_process(self.process)
         shutil.rmtree(self.work_dir, ignore_errors=True)
 
 
@@ -387,9 +389,7 @@ class LiveHaproxy:
         return self
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=10)
+        stop_process(self.process)
 
 
 class LiveCluster:
