@@ -44,7 +44,8 @@ class ApiTokenQuerySet(models.QuerySet):
         first request that starts after the change commits. Building the query through the ORM
         each time cost more than the database round trip (profiled for BENCHMARKS.md), so the
         SQL and the column types are the ORM's own, compiled once per database: they follow
-        the model. Only the columns authentication reads are loaded (AUTHENTICATION_FIELDS).
+        the model. Only the columns authentication and the throttle read are loaded
+        (AUTHENTICATION_FIELDS).
         """
         connection = connections[self.db]
         sql, columns, attnames = _select_by_digest(self.db)

@@ -57,9 +57,7 @@ def read_json_object(request) -> dict:
 def health(request):
     """GET /healthz: 200 when the database answers a query, 503 with an Error body when not."""
     if request.method not in ("GET", "HEAD"):
-        response = error_response(ErrorCode.METHOD_NOT_ALLOWED, f"Method {request.method} not allowed.", 405)
-        response["Allow"] = "GET, HEAD"
-        return response
+        return read_only(request)
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
@@ -86,10 +84,15 @@ def metrics(request):
         response["WWW-Authenticate"] = 'Bearer realm="metrics", error="invalid_token"'
         return response
     if request.method not in ("GET", "HEAD"):
-        response = error_response(ErrorCode.METHOD_NOT_ALLOWED, f"Method {request.method} not allowed.", 405)
-        response["Allow"] = "GET, HEAD"
-        return response
+        return read_only(request)
     return HttpResponse(service_metrics.exposition(), content_type=service_metrics.CONTENT_TYPE)
+
+
+def read_only(request):
+    """405 for a plain view that answers only GET and HEAD, with its Allow header."""
+    response = error_response(ErrorCode.METHOD_NOT_ALLOWED, f"Method {request.method} not allowed.", 405)
+    response["Allow"] = "GET, HEAD"
+    return response
 
 
 def bad_request(request, exception=None):
