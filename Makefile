@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .DEFAULT_GOAL := help
-.PHONY: help run serve cluster bench bench-cluster profile test lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
+.PHONY: help run serve cluster bench bench-levers bench-cluster profile test lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -77,9 +77,14 @@ $(VENV)/peers/.installed: bench/peers/requirements.txt | $(VENV)/.runtime
 	touch $@
 
 bench: $(VENV)/.dev $(VENV)/peers/.installed ## benchmark POST /plants beside a bare Django view and a FastAPI peer (wrk, PostgreSQL), and the rate-limit stores; writes BENCHMARKS.md
-	scripts/debian-packages postgresql wrk redis-server
+	scripts/debian-packages postgresql wrk redis-server nginx
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
 		scripts/with-postgres $(PYTHON) -m bench.run
+
+bench-levers: $(VENV)/.dev ## the service behind nginx with one lever changed per variant (server, workers, each optional part off), side by side
+	scripts/debian-packages postgresql wrk nginx
+	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
+		scripts/with-postgres $(PYTHON) -m bench.levers
 
 profile: $(VENV)/.dev ## profile POST /plants under load with py-spy: writes bench/flamegraph.svg, prints CPU per request by part
 	scripts/debian-packages postgresql wrk

@@ -17,7 +17,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.run import ENV, ID_BLOCK, WRK_THREADS, manage, start_server
+from bench.run import ENV, ID_BLOCK, WRK_THREADS, cpu_seconds, manage, start_server
 from tests.live import ROOT
 
 SECONDS = int(os.environ.get("PROFILE_SECONDS", 15))
@@ -32,7 +32,8 @@ PARTS = [
     (r"by_digest \(plants/models", "authentication: token SELECT (ORM cursor, psycopg, round trip)"),
     (r"plants/authentication", "authentication: header, SHA-256, status checks"),
     (r"plant_create \(plants/services", "the INSERT (ORM create, psycopg, round trip)"),
-    (r"plants/throttling|django/core/cache", "throttle (cache incr)"),
+    (r"plants/(throttling|rate_stores)", "throttle (one increment in the SQLite rate-limit file)"),
+    (r"plants/metrics|prometheus_client/", "metrics (RequestMetricsMiddleware, counters)"),
     (r"plants/parsers|Request\._parse|Request\._load_data|Request\.data ", "reading the body, JSON parse"),
     (r"plants/serializers|rest_framework/(serializers|fields)\.py", "NewPlant validation (DRF serializer)"),
     (r"plant_representation|rest_framework/renderers|Response\.rendered_content", "the answer: dict, JSON render"),
@@ -40,7 +41,10 @@ PARTS = [
     (r"rest_framework/permissions", "permission check"),
     (r"rest_framework/|plants/views", "DRF request/response wrapping (APIView.dispatch, Request, Response)"),
     (r"plants/middleware", "request log (RequestLogMiddleware: json.dumps, logging to a file)"),
-    (r"django/(middleware|contrib/\w+/middleware|utils/deprecation)|whitenoise/", "Django middleware (8 classes)"),
+    (
+        r"django/(middleware|contrib/\w+/middleware|utils/deprecation)|whitenoise/|axes/",
+        "Django middleware (the 9 other classes)",
+    ),
     (r"django/dispatch|django/db/__init__|plants/postgresql", "request_started/finished signals (connection checks)"),
     (
         r"django/(core/handlers|core/signals|urls|http|views)/",
@@ -78,15 +82,6 @@ def library_of(stack: list[str]) -> str:
         if match := re.search(pattern, frame):
             return library or f"Python's {match.group(1)}"
     return "other"
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / ticks
 
 
 def load(url: str, token: str, id_base: int, seconds: int) -> subprocess.Popen:

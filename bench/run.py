@@ -2,8 +2,10 @@
 
 Run under scripts/with-postgres (DATABASE_URL set, pg_stat_statements loaded). The service and the
 bare view share one gunicorn; the peer (bench/peers/fastapi_app.py) runs under uvicorn in its own
-venv. Rounds rotate which target goes first so all meet the same machine state; the figures and
-the machine's description are printed and written to BENCHMARKS.md.
+venv. The service and the peer are each measured twice: direct, and behind the same nginx
+(deploy/nginx.conf, each app on a unix socket), which is how `make serve` runs the service. Rounds
+rotate which target goes first so all meet the same machine state; the figures and the machine's
+description are printed and written to BENCHMARKS.md.
 """
 
 import json
@@ -21,19 +23,29 @@ import psycopg
 
 from bench import rate_stores
 from bench.report import write_section
-from bench.servers import GRANIAN_THREADS, GRANIAN_WORKERS, PEER_WORKERS, granian_service, uvicorn_peer
+from bench.servers import (
+    GRANIAN_THREADS,
+    GRANIAN_WORKERS,
+    PEER_WORKERS,
+    granian_service,
+    gunicorn_behind_nginx,
+    uvicorn_behind_nginx,
+    uvicorn_peer,
+)
 from tests.live import ROOT, LiveGunicorn, LiveServer
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 7))
 SECONDS = int(os.environ.get("BENCH_SECONDS", 8))
 CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", 16))
 WRK_THREADS = 2
-# name: (server, path); the service's throughput is compared with each of the others'.
+# name: (server, path, column heading); the service's throughput is compared with the others'.
 TARGETS = {
-    "service": ("gunicorn", "/plants"),
-    "granian": ("granian", "/plants"),
-    "bare": ("gunicorn", "/bench/bare-plants"),
-    "fastapi": ("uvicorn", "/plants"),
+    "service": ("gunicorn", "/plants", "service `POST /plants` (gunicorn)"),
+    "service_nginx": ("nginx-gunicorn", "/plants", "service behind nginx (`make serve`)"),
+    "granian": ("granian", "/plants", "the same service under granian"),
+    "bare": ("gunicorn", "/bench/bare-plants", "bare Django view"),
+    "fastapi": ("uvicorn", "/plants", "FastAPI peer"),
+    "fastapi_nginx": ("nginx-uvicorn", "/plants", "FastAPI peer behind nginx"),
 }
 LOG_DIR = Path(os.environ.get("TMPDIR", "/tmp"))
 # Each wrk run takes its own block of ids (bench/create.lua adds 10**9 per wrk thread), so no two
@@ -80,9 +92,12 @@ _conf = runpy.run_path(str(ROOT / "gunicorn.conf.py"))
 GUNICORN = {"GUNICORN_WORKERS": str(_conf["workers"]), "GUNICORN_THREADS": str(_conf["threads"])}
 
 
+# The request log stays on, as in production; it goes to a file, as it would to journald.
+GUNICORN_ENV = {**ENV, **GUNICORN, "GUNICORN_LOG_LEVEL": "warning"}
+
+
 def start_server() -> LiveGunicorn:
-    # The request log stays on, as in production; it goes to a file, as it would to journald.
-    server = LiveGunicorn(LOG_DIR, app="bench.wsgi", **{**ENV, **GUNICORN, "GUNICORN_LOG_LEVEL": "warning"})
+    server = LiveGunicorn(LOG_DIR, app="bench.wsgi", **GUNICORN_ENV)
     print(f"gunicorn log: {server.log_path}", flush=True)
     return server.start()
 
@@ -145,6 +160,8 @@ def main() -> None:
         servers["gunicorn"] = start_server()
         servers["granian"] = granian_service(LOG_DIR, **ENV).start()
         servers["uvicorn"] = uvicorn_peer(LOG_DIR).start()
+        servers["nginx-gunicorn"] = gunicorn_behind_nginx(LOG_DIR, **GUNICORN_ENV).start()
+        servers["nginx-uvicorn"] = uvicorn_behind_nginx(LOG_DIR).start()
         rounds = run_rounds(servers, token)
         peak_rss = {name: worker_peak_rss_mib(server) for name, server in servers.items()}
     finally:
@@ -153,33 +170,35 @@ def main() -> None:
     report(rounds, peak_rss)
 
 
-def run_rounds(servers: dict, token: str) -> dict[str, list[dict]]:
-    urls = {name: servers[server].url + path for name, (server, path) in TARGETS.items()}
-    rounds = {name: [] for name in urls}
+def run_rounds(
+    servers: dict, token: str, targets: dict = TARGETS, rounds: int = ROUNDS, seconds: int = SECONDS
+) -> dict[str, list[dict]]:
+    urls = {name: servers[server].url + path for name, (server, path, _) in targets.items()}
+    results = {name: [] for name in urls}
     id_base = 0
     for url in urls.values():  # warm-up: imports, connections, caches
         wrk(url, token, id_base := id_base + ID_BLOCK, 3)
-    for round_number in range(ROUNDS):
+    for round_number in range(rounds):
         # Rotate which goes first, so none always meets the fuller table or warmer caches.
         names = list(urls)
         for name in names[round_number % len(names) :] + names[: round_number % len(names)]:
             psql("SELECT pg_stat_statements_reset()")
-            server_pid = servers[TARGETS[name][0]].process.pid
-            cpu_before = cpu_seconds(server_pid)
-            figures = wrk(urls[name], token, id_base := id_base + ID_BLOCK, SECONDS)
-            figures["cpu_seconds"] = cpu_seconds(server_pid) - cpu_before
+            server_pids = servers[targets[name][0]].pids()
+            cpu_before = cpu_seconds(server_pids)
+            figures = wrk(urls[name], token, id_base := id_base + ID_BLOCK, seconds)
+            figures["cpu_seconds"] = cpu_seconds(server_pids) - cpu_before
             figures["statements"] = statements_since_reset()
             figures["stored"] = rows_stored(id_base)
             if figures["stored"] < figures["requests"] - figures["non_2xx"]:
                 raise SystemExit(f"bench: {name} answered 2xx for more plants than it stored; see its log")
-            rounds[name].append(figures)
-            print(f"round {round_number + 1} {name:8} {figures['rps']:8.0f} req/s", flush=True)
-    return rounds
+            results[name].append(figures)
+            print(f"round {round_number + 1} {name:13} {figures['rps']:8.0f} req/s", flush=True)
+    return results
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU time (user and system) of a server: the process and all its descendants."""
-    total, pending = 0, [pid]
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time (user and system) of a server: its processes and all their descendants."""
+    total, pending = 0, list(pids)
     while pending:
         pid = pending.pop()
         try:
@@ -219,28 +238,29 @@ def ratio(rounds: dict, name: str, other: str) -> float:
 
 def report(rounds: dict, peak_rss: dict) -> None:
     figures = {name: summarize(rounds[name]) for name in TARGETS}
-    rss = {name: peak_rss[server] for name, (server, _) in TARGETS.items()}
+    rss = {name: peak_rss[server] for name, (server, *_) in TARGETS.items()}
     columns = list(TARGETS)
 
     def row(label: str, cell) -> str:
         return f"| {label} | " + " | ".join(cell(name) for name in columns) + " |"
 
     rows = [
-        "| | service `POST /plants` (gunicorn) | the same service under granian | bare Django view | FastAPI peer |",
-        "|---|---|---|---|---|",
+        row("", lambda n: TARGETS[n][2]),
+        row("---", lambda n: "---"),
         row(f"requests/s (median of {ROUNDS} rounds)", lambda n: f"{figures[n]['rps']:.0f}"),
         row("latency p50", lambda n: f"{figures[n]['p50_ms']:.2f} ms"),
         row("latency p99", lambda n: f"{figures[n]['p99_ms']:.2f} ms"),
         row("non-2xx answers", lambda n: str(figures[n]["non_2xx"])),
         row("socket errors", lambda n: str(figures[n]["socket_errors"])),
         row("2xx answers / rows stored", lambda n: f"{figures[n]['answered_2xx']} / {figures[n]['stored']}"),
-        row("server CPU per request (all its processes)", lambda n: f"{figures[n]['cpu_us']:.0f} µs"),
+        row("server CPU per request (all its processes, nginx's included)", lambda n: f"{figures[n]['cpu_us']:.0f} µs"),
         row("SQL statements per create", lambda n: f"{figures[n]['statements']:.2f}"),
-        row("peak worker memory (VmHWM)", lambda n: f"{rss[n]:.0f} MiB"),
+        row("peak app worker memory (VmHWM)", lambda n: f"{rss[n]:.0f} MiB"),
     ]
     summary = [
-        f"**Throughput ratio service ÷ FastAPI peer: {ratio(rounds, 'service', 'fastapi'):.2f}** (target ≥ 1.00); "
-        f"under granian: {ratio(rounds, 'granian', 'fastapi'):.2f}; "
+        f"**Throughput ratio service ÷ FastAPI peer: {ratio(rounds, 'service', 'fastapi'):.2f} direct, "
+        f"{ratio(rounds, 'service_nginx', 'fastapi_nginx'):.2f} both behind nginx** (target ≥ 1.00); "
+        f"the service under granian ÷ the peer direct: {ratio(rounds, 'granian', 'fastapi'):.2f}; "
         f"**service ÷ bare view: {ratio(rounds, 'service', 'bare'):.2f}** (target ≥ 0.70). Each is the median of "
         "the rounds' ratios: the machine is shared, so absolute figures drift between rounds, and a ratio "
         "taken within a round cancels most of that.",
@@ -261,9 +281,12 @@ def report(rounds: dict, peak_rss: dict) -> None:
         "production runs",
         f"- FastAPI peer: `bench/peers/fastapi_app.py` (FastAPI, strict pydantic v2, asyncpg), uvicorn with "
         f"{PEER_WORKERS} workers, uvloop and httptools, access log on; pins in `bench/peers/requirements.txt`",
+        "- Behind nginx: `deploy/nginx.conf` as `make serve` renders it (1 worker, requests and answers "
+        "buffered, a new upstream connection per request), in front of the service's gunicorn or the peer's "
+        "uvicorn, each on a unix socket in nginx's folder; their CPU counts nginx's",
         "- Database: a throwaway PostgreSQL on 127.0.0.1 (TCP), fsync off, pg_stat_statements loaded",
         f"- Load: `wrk -t{WRK_THREADS} -c{CONNECTIONS} -d{SECONDS}s -s bench/create.lua`, on the same machine; "
-        f"{ROUNDS} rounds, each running all four (rotating which goes first), after a warm-up of each",
+        f"{ROUNDS} rounds, each running all {len(TARGETS)} (rotating which goes first), after a warm-up of each",
         "- Each request creates a new plant (unique ids) and carries a real bearer token, which the service and "
         "the peer look up in plants_apitoken on every request.",
         "- The bare view: `json.loads`, `Plant.objects.create`, `JsonResponse`, through the same middleware; "
@@ -276,7 +299,9 @@ def report(rounds: dict, peak_rss: dict) -> None:
     write_section("make bench", "\n".join(section))
     rate_stores.main()  # its own section: the throttle's store, measured on its own
     failed = [
-        name for name in ("granian", "bare", "fastapi") if figures[name]["non_2xx"] or figures[name]["socket_errors"]
+        name
+        for name in TARGETS
+        if not name.startswith("service") and (figures[name]["non_2xx"] or figures[name]["socket_errors"])
     ]
     if failed:
         # A baseline that failed requests did less work than a real create: the ratio means nothing.

@@ -18,13 +18,15 @@ def public_address() -> str:
     return os.environ.get("GUNICORN_BIND") or f"127.0.0.1:{os.environ.get('PORT', '8000')}"
 
 
-def render_nginx_conf(run_dir: Path, socket_path: Path) -> Path:
+def render_nginx_conf(run_dir: Path, socket_path: Path, listen: str) -> Path:
+    """deploy/nginx.conf for nginx listening on `listen`, in front of the app on `socket_path`;
+    also used by make bench, to put the FastAPI peer behind the same nginx."""
     as_root = os.geteuid() == 0
     text = (ROOT / "deploy" / "nginx.conf").read_text()
     for name, value in {
         # As root, nginx's workers drop to nobody; otherwise they run as whoever started it.
         "@USER@": "user nobody nogroup;" if as_root else "",
-        "@LISTEN@": public_address(),
+        "@LISTEN@": listen,
         "@RUN_DIR@": str(run_dir),
         "@UPSTREAM@": f"unix:{socket_path}",
     }.items():
@@ -42,12 +44,20 @@ def wait_for_socket(path: Path, process: subprocess.Popen, timeout: float = 60) 
         time.sleep(0.05)
 
 
-def main() -> int:
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    run_dir = Path(tempfile.mkdtemp(prefix="plantstore-serve."))
+def nginx_run_dir(prefix: str) -> Path:
+    run_dir = Path(tempfile.mkdtemp(prefix=prefix))
     run_dir.chmod(0o755)  # nginx's workers (nobody, when started as root) reach the socket through it
+    return run_dir
+
+
+def nginx_command(run_dir: Path, conf: Path) -> list[str]:
+    return [shutil.which("nginx") or "/usr/sbin/nginx", "-p", str(run_dir), "-c", str(conf), "-g", "daemon off;"]
+
+
+def main() -> int:
+    run_dir = nginx_run_dir("plantstore-serve.")
     socket_path = run_dir / "gunicorn.sock"
-    conf = render_nginx_conf(run_dir, socket_path)
+    conf = render_nginx_conf(run_dir, socket_path, public_address())
     children: list[subprocess.Popen] = []
 
     def stop(signum=signal.SIGTERM, frame=None):
@@ -65,7 +75,7 @@ def main() -> int:
         )
         children.append(app)
         wait_for_socket(socket_path, app)
-        children.append(subprocess.Popen([nginx, "-p", str(run_dir), "-c", str(conf), "-g", "daemon off;"]))
+        children.append(subprocess.Popen(nginx_command(run_dir, conf)))
         sys.stderr.write(f"serve: nginx on http://{public_address()}, gunicorn on {socket_path}\n")
         # Whichever stops first (a signal, or a crash) stops the other.
         while all(child.poll() is None for child in children):

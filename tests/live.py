@@ -152,14 +152,22 @@ class LiveServer:
         self.env = {**os.environ, **env}
         self.process: subprocess.Popen | None = None
 
-    def start(self, expect_health: int = 200) -> "LiveServer":
+    def launch(self) -> None:
+        """Start the process without waiting for it to answer."""
         # Appended: a server started again (after kill()) keeps its earlier output in the same log.
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(self.command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+
+    def start(self, expect_health: int = 200) -> "LiveServer":
+        self.launch()
         if not wait_until_healthy(self.url, self.process, timeout=30, expected=expect_health):
             self.stop()
             raise RuntimeError(f"{self.name}'s /healthz did not answer {expect_health}: {self.log()}")
         return self
+
+    def pids(self) -> list[int]:
+        """The processes whose CPU this server's work costs, with their descendants (its workers)."""
+        return [self.process.pid]
 
     def worker_pids(self) -> list[int]:
         children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text().split()
