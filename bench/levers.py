@@ -2,17 +2,17 @@
 changed per variant, all loaded side by side in rotating rounds, as make bench does.
 
 Each variant is its own nginx and app server; its environment differs from the baseline's in the
-settings its row names. Prints the table BENCHMARKS.md keeps (What was measured against it).
+settings its row names. Prints the table kept in BENCHMARKS.md (What was measured against it).
 """
 
 import os
-import statistics
 
-from bench.run import ENV, GUNICORN_ENV, LOG_DIR, manage, psql, run_rounds, summarize
+from bench.run import ENV, GUNICORN_ENV, LOG_DIR, prepare, ratio, run_rounds, summarize
 from bench.servers import granian_behind_nginx, gunicorn_behind_nginx
 
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", 5))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", 7))
 SECONDS = int(os.environ.get("BENCH_SECONDS", 6))
+SYNC = {"GUNICORN_WORKER_CLASS": "sync", "GUNICORN_THREADS": "1"}  # gunicorn makes sync gthread if threads > 1
 EXTRAS_OFF = {"PLANTS_THROTTLE_RATE": "", "BENCH_LEVERS": "no-request-log,no-metrics,api-middleware-only"}
 # name: (what differs from the baseline, environment it adds); every one is behind nginx.
 VARIANTS = {
@@ -20,9 +20,12 @@ VARIANTS = {
         "baseline: `make serve` as configured (gunicorn.conf.py: gthread, 1 process per core × 4 threads)",
         {},
     ),
-    "gthread-2x2": ("gunicorn gthread, 2 processes × 2 threads", {"GUNICORN_THREADS": "2"}),
-    "sync-3": ("gunicorn sync workers, 3 processes", {"GUNICORN_WORKER_CLASS": "sync", "GUNICORN_WORKERS": "3"}),
-    "sync-4": ("gunicorn sync workers, 4 processes", {"GUNICORN_WORKER_CLASS": "sync", "GUNICORN_WORKERS": "4"}),
+    # The baseline again, unchanged: how far apart two identical servers measure, the table's noise.
+    "baseline-again": ("the baseline again, an identical second server (the noise)", {}),
+    "gthread-x2": ("gunicorn gthread, 1 process per core × 2 threads", {"GUNICORN_THREADS": "2"}),
+    "sync-2": ("gunicorn sync workers, 2 processes (1 per core)", {**SYNC, "GUNICORN_WORKERS": "2"}),
+    "sync-3": ("gunicorn sync workers, 3 processes", {**SYNC, "GUNICORN_WORKERS": "3"}),
+    "sync-5": ("gunicorn sync workers, 5 processes", {**SYNC, "GUNICORN_WORKERS": "5"}),
     "granian": ("granian (Rust HTTP) instead of gunicorn, 2 processes × 4 threads", {"SERVER": "granian"}),
     "no-prepare": (
         "prepared statements off (`DJANGO_DB_PREPARED_STATEMENTS=0`)",
@@ -43,11 +46,7 @@ def start(env: dict):
 
 
 def main() -> None:
-    if "DATABASE_URL" not in os.environ:
-        raise SystemExit("bench-levers: run under scripts/with-postgres (make bench-levers)")
-    manage("migrate", "--no-input", env=ENV)
-    psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-    token = manage("token", "issue", "bench-levers", env=ENV).strip()
+    token = prepare("bench-levers")
     servers = {}
     try:
         for name, (_, env) in VARIANTS.items():
@@ -57,17 +56,17 @@ def main() -> None:
     finally:
         for server in servers.values():
             server.stop()
-    baseline = rounds["baseline"]
-    base_cpu = summarize(baseline)["cpu_us"]
+    base_cpu = summarize(rounds["baseline"])["cpu_us"]
     print(f"\n{ROUNDS} rounds of {SECONDS} s; CPU per request: nginx and the app server's processes")
     print("| lever (behind nginx) | requests/s ÷ baseline | CPU per request | statements per create | errors |")
     print("|---|---|---|---|---|")
     for name, (description, _) in VARIANTS.items():
         figures = summarize(rounds[name])
-        ratio = statistics.median(v["rps"] / b["rps"] for v, b in zip(rounds[name], baseline, strict=True))
         cpu = f"{figures['cpu_us']:.0f} µs ({figures['cpu_us'] / base_cpu - 1:+.0%})"
         errors = figures["non_2xx"] + figures["socket_errors"]
-        print(f"| {description} | {ratio:.2f} | {cpu} | {figures['statements']:.2f} | {errors} |")
+        print(
+            f"| {description} | {ratio(rounds, name, 'baseline'):.2f} | {cpu} | {figures['statements']:.2f} | {errors} |"
+        )
 
 
 if __name__ == "__main__":

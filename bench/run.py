@@ -84,6 +84,9 @@ ENV = {
     "PLANTS_THROTTLE_RATE": "100000000/second",
     # No worker recycling: a worker's restart would charge one round with its boot.
     "GUNICORN_MAX_REQUESTS": "0",
+    # What production runs, whatever the shell exported (make bench-levers changes these per variant).
+    "GUNICORN_WORKER_CLASS": "gthread",
+    "BENCH_LEVERS": "",
 }
 
 
@@ -149,12 +152,17 @@ def machine() -> str:
     )
 
 
-def main() -> None:
+def prepare(command: str) -> str:
+    """Migrate the throwaway database, count its statements, and issue the token the load carries."""
     if "DATABASE_URL" not in os.environ:
-        raise SystemExit("bench: run under scripts/with-postgres (make bench)")
+        raise SystemExit(f"{command}: run under scripts/with-postgres (make {command})")
     manage("migrate", "--no-input", env=ENV)
     psql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-    token = manage("token", "issue", "bench", env=ENV).strip()
+    return manage("token", "issue", command, env=ENV).strip()
+
+
+def main() -> None:
+    token = prepare("bench")
     servers = {}
     try:
         servers["gunicorn"] = start_server()

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from deploy.serve import nginx_command, nginx_run_dir, render_nginx_conf
-from tests.live import ROOT, LiveGunicorn, LiveServer, free_port
+from tests.live import ROOT, LiveGunicorn, LiveServer, wait_until_healthy
 
 PEER_PYTHON = Path(os.environ.get("BENCH_PEER_PYTHON", ROOT / ".venv" / "peers" / "bin" / "python"))
 PEER_WORKERS = 2
@@ -43,18 +43,22 @@ class BehindNginx(LiveServer):
         self.run_dir = nginx_run_dir(f"bench-{name}.")
         socket_path = self.run_dir / "app.sock"
         self.app: LiveServer = app(socket_path)
-        port = free_port()
-        conf = render_nginx_conf(self.run_dir, socket_path, f"127.0.0.1:{port}")
-        super().__init__(name, nginx_command(self.run_dir, conf), log_dir)
-        self.port, self.url = port, f"http://127.0.0.1:{port}"
+        super().__init__(name, nginx_command(self.run_dir, self.run_dir / "nginx.conf"), log_dir)
+        render_nginx_conf(self.run_dir, socket_path, f"127.0.0.1:{self.port}")
 
     def start(self, expect_health: int = 200) -> "BehindNginx":
-        self.app.launch()
         try:
-            super().start(expect_health)  # /healthz through nginx: 503 until the app answers
-        except RuntimeError as error:
-            self.app.stop()
-            raise RuntimeError(f"{error}\n{self.app.name}: {self.app.log()}") from None
+            self.app.launch()
+            self.launch()
+            # /healthz through nginx: 503 until the app answers; given up on if the app exits.
+            if not wait_until_healthy(self.url, self.app.process, timeout=30, expected=expect_health):
+                raise RuntimeError(
+                    f"{self.name}'s /healthz did not answer {expect_health}: {self.log()}\n"
+                    f"{self.app.name}: {self.app.log()}"
+                )
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def pids(self) -> list[int]:
@@ -72,7 +76,9 @@ class BehindNginx(LiveServer):
 def gunicorn_behind_nginx(log_dir: Path, **env: str) -> BehindNginx:
     """The service as `make serve` runs it: gunicorn (gunicorn.conf.py) on a unix socket, nginx in front."""
     return BehindNginx(
-        "nginx-gunicorn", lambda path: LiveGunicorn(log_dir, GUNICORN_BIND=f"unix:{path}", **env), log_dir
+        "nginx-gunicorn",
+        lambda path: LiveGunicorn(log_dir, app="bench.wsgi", GUNICORN_BIND=f"unix:{path}", **env),
+        log_dir,
     )
 
 

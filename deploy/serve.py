@@ -20,7 +20,7 @@ def public_address() -> str:
 
 def render_nginx_conf(run_dir: Path, socket_path: Path, listen: str) -> Path:
     """deploy/nginx.conf for nginx listening on `listen`, in front of the app on `socket_path`;
-    also used by make bench, to put the FastAPI peer behind the same nginx."""
+    also used by make bench and make bench-levers for every server they put behind nginx."""
     as_root = os.geteuid() == 0
     text = (ROOT / "deploy" / "nginx.conf").read_text()
     for name, value in {
