@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from deploy.serve import nginx_command, nginx_run_dir, render_nginx_conf
-from tests.live import ROOT, LiveGunicorn, LiveServer, wait_until_healthy
+from tests.live import ROOT, LiveGunicorn, LiveServer
 
 PEER_PYTHON = Path(os.environ.get("BENCH_PEER_PYTHON", ROOT / ".venv" / "peers" / "bin" / "python"))
 PEER_WORKERS = 2
@@ -46,20 +46,13 @@ class BehindNginx(LiveServer):
         super().__init__(name, nginx_command(self.run_dir, self.run_dir / "nginx.conf"), log_dir)
         render_nginx_conf(self.run_dir, socket_path, f"127.0.0.1:{self.port}")
 
-    def start(self, expect_health: int = 200) -> "BehindNginx":
-        try:
-            self.app.launch()
-            self.launch()
-            # /healthz through nginx: 503 until the app answers; given up on if the app exits.
-            if not wait_until_healthy(self.url, self.app.process, timeout=30, expected=expect_health):
-                raise RuntimeError(
-                    f"{self.name}'s /healthz did not answer {expect_health}: {self.log()}\n"
-                    f"{self.app.name}: {self.app.log()}"
-                )
-        except BaseException:
-            self.stop()
-            raise
-        return self
+    def launch(self) -> None:
+        # The app first: nginx answers /healthz with 503 until the app does (LiveServer.start waits).
+        self.app.launch()
+        super().launch()
+
+    def log(self) -> str:
+        return f"{super().log()}\n{self.app.name}: {self.app.log()}"
 
     def pids(self) -> list[int]:
         return [self.process.pid, self.app.process.pid]

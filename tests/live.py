@@ -126,13 +126,15 @@ def stop_process(process: subprocess.Popen | None, timeout: float = 15) -> None:
             process.wait()
 
 
-def wait_until_healthy(url: str, process: subprocess.Popen, timeout: float, expected: int = 200) -> bool:
-    """Poll `url`/healthz until it answers `expected`; False if `process` exits or time runs out."""
+def wait_until_healthy(
+    url: str, process: subprocess.Popen, timeout: float, expected: int = 200, path: str = "/healthz"
+) -> bool:
+    """Poll `url` + `path` until it answers `expected`; False if `process` exits or time runs out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             return False
-        if request(f"{url}/healthz", timeout=2)[0] == expected:
+        if request(f"{url}{path}", timeout=2)[0] == expected:
             return True
         time.sleep(0.1)
     return False
@@ -159,10 +161,14 @@ class LiveServer:
         self.process = subprocess.Popen(self.command, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT)
 
     def start(self, expect_health: int = 200) -> "LiveServer":
-        self.launch()
-        if not wait_until_healthy(self.url, self.process, timeout=30, expected=expect_health):
+        """launch(), then wait for /healthz; on any failure, Ctrl-C included, stop what was started."""
+        try:
+            self.launch()
+            if not wait_until_healthy(self.url, self.process, timeout=30, expected=expect_health):
+                raise RuntimeError(f"{self.name}'s /healthz did not answer {expect_health}: {self.log()}")
+        except BaseException:
             self.stop()
-            raise RuntimeError(f"{self.name}'s /healthz did not answer {expect_health}: {self.log()}")
+            raise
         return self
 
     def pids(self) -> list[int]:
@@ -339,12 +345,9 @@ class LivePrometheus:
             stdout=subprocess.DEVNULL,
             stderr=(self.work_dir / "prometheus.log").open("wb"),
         )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and self.process.poll() is None:
-            if request(f"{self.url}/-/ready", timeout=2)[0] == 200:
-                return self
-            time.sleep(0.2)
-        raise RuntimeError(f"prometheus did not start: {self.log()}")
+        if not wait_until_healthy(self.url, self.process, timeout=30, path="/-/ready"):
+            raise RuntimeError(f"prometheus did not start: {self.log()}")
+        return self
 
     def query(self, promql: str) -> dict[tuple, float]:
         """An instant query's vector: {(label values, sorted by label name): value}."""
