@@ -1,8 +1,8 @@
 """`make bench-cluster`: creates/s through HAProxy with one and with two app servers (make cluster's
 topology: PgBouncer in transaction mode, Redis throttle counters), printed as a Markdown table.
 
-Run under scripts/with-postgres. Each app server runs gunicorn.conf.py's production defaults
-(one worker per core, 4 threads each); wrk runs on the same machine.
+Run under scripts/with-postgres. Each app server is a production unit (deploy/unit.py: nginx, then
+gunicorn with the workers and threads below); wrk runs on the same machine.
 """
 
 import json
@@ -16,7 +16,8 @@ from pathlib import Path
 
 import dj_database_url
 
-from tests.live import ROOT, LiveCluster
+from deploy.cluster import Cluster
+from deploy.processes import ROOT
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 3))
 SECONDS = int(os.environ.get("BENCH_SECONDS", 10))
@@ -47,7 +48,7 @@ def wrk(url: str, token: str, id_base: int, seconds: int) -> dict:
 
 def measure(app_servers: int, round_base: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="plantstore-bench-cluster.") as work_dir:
-        cluster = LiveCluster(
+        cluster = Cluster(
             dj_database_url.parse(os.environ["DATABASE_URL"]), Path(work_dir), app_servers=app_servers, **ENV
         )
         cluster.start()

@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 from bench.run import ENV, ID_BLOCK, WRK_THREADS, cpu_seconds, manage, start_server
-from tests.live import ROOT
+from deploy.processes import ROOT
 
 SECONDS = int(os.environ.get("PROFILE_SECONDS", 15))
 CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", 16))

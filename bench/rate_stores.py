@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from bench.report import write_section
+from deploy.cluster import Redis
 from plants.rate_stores import RedisStore, SQLiteStore
-from tests.live import LiveRedis
 
 OPERATIONS = int(os.environ.get("BENCH_STORE_OPERATIONS", 20000))
 PROCESSES = int(os.environ.get("BENCH_STORE_PROCESSES", 5))  # gunicorn.conf.py's workers on 2 cores
@@ -88,7 +88,7 @@ several servers sharing one limit, and adds its network round trip (more on a re
 
 
 def main() -> str:
-    redis = LiveRedis().start()
+    redis = Redis().start()
     try:
         with tempfile.TemporaryDirectory() as directory:
             results = {

@@ -29,10 +29,11 @@ from bench.servers import (
     PEER_WORKERS,
     granian_service,
     gunicorn_behind_nginx,
+    gunicorn_direct,
     uvicorn_behind_nginx,
     uvicorn_peer,
 )
-from tests.live import ROOT, LiveGunicorn, LiveServer
+from deploy.processes import ROOT
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 7))
 SECONDS = int(os.environ.get("BENCH_SECONDS", 8))
@@ -90,7 +91,7 @@ ENV = {
 }
 
 
-# Workers and threads as gunicorn.conf.py sets them on this machine (LiveGunicorn's are the tests').
+# Workers and threads as gunicorn.conf.py sets them on this machine (the tests' are their own).
 _conf = runpy.run_path(str(ROOT / "gunicorn.conf.py"))
 GUNICORN = {"GUNICORN_WORKERS": str(_conf["workers"]), "GUNICORN_THREADS": str(_conf["threads"])}
 
@@ -99,13 +100,13 @@ GUNICORN = {"GUNICORN_WORKERS": str(_conf["workers"]), "GUNICORN_THREADS": str(_
 GUNICORN_ENV = {**ENV, **GUNICORN, "GUNICORN_LOG_LEVEL": "warning"}
 
 
-def start_server() -> LiveGunicorn:
-    server = LiveGunicorn(LOG_DIR, app="bench.wsgi", **GUNICORN_ENV)
+def start_server():
+    server = gunicorn_direct(LOG_DIR, **GUNICORN_ENV)
     print(f"gunicorn log: {server.log_path}", flush=True)
     return server.start()
 
 
-def worker_peak_rss_mib(server: LiveServer) -> float:
+def worker_peak_rss_mib(server) -> float:
     peaks = []
     for pid in server.worker_pids():
         status = Path(f"/proc/{pid}/status").read_text()

@@ -1,85 +1,98 @@
-"""The servers `make bench` runs beside gunicorn: the FastAPI peer's uvicorn, granian for the
-service, and nginx in front of the service and of the peer (deploy/nginx.conf, as make serve runs it)."""
+"""The servers `make bench` runs beside the service: each a production unit (deploy/unit.py: nginx in
+front of an app server on a unix socket), or the app server alone on a loopback port (direct)."""
 
 import os
-import shutil
-import sys
 from pathlib import Path
 
-from deploy.serve import nginx_command, nginx_run_dir, render_nginx_conf
-from tests.live import ROOT, LiveGunicorn, LiveServer
+from deploy.processes import BIN, ROOT, ServerProcess, free_port, http_status, wait_until
+from deploy.unit import Unit, gunicorn_command
 
 PEER_PYTHON = Path(os.environ.get("BENCH_PEER_PYTHON", ROOT / ".venv" / "peers" / "bin" / "python"))
 PEER_WORKERS = 2
 GRANIAN_WORKERS, GRANIAN_THREADS = 2, 4
 
 
-def uvicorn_peer(log_dir: Path, socket_path: Path | None = None) -> LiveServer:
-    """The FastAPI peer under uvicorn with uvloop and httptools (uvicorn[standard]'s choices), its
-    access log on: one line per request, as the service writes its request log. On a loopback
-    port, or on `socket_path` (a unix socket, for nginx in front)."""
-    listen = ["--uds", str(socket_path)] if socket_path else ["--port", "{port}"]
-    command = [str(PEER_PYTHON), "-m", "uvicorn", "bench.peers.fastapi_app:app", *listen]
-    command += ["--workers", str(PEER_WORKERS), "--loop", "uvloop", "--http", "httptools", "--log-level", "info"]
-    return LiveServer("uvicorn", command, log_dir)
+class Direct(ServerProcess):
+    """An app server alone on a free loopback port (`{port}` in its command), its output in a log in
+    `log_dir`: what a server costs without nginx in front."""
 
+    def __init__(self, name: str, command: list[str], log_dir: Path, **env: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        command = [part.format(port=self.port) for part in command]
+        super().__init__(name, command, {**os.environ, **env}, log_dir / f"{name}-{self.port}.log")
 
-def granian_service(log_dir: Path, socket_path: Path | None = None, **env: str) -> LiveServer:
-    """The service's WSGI application (bench.wsgi) under granian, a Rust HTTP server: measured beside
-    gunicorn, which production runs (README, Deploying with gunicorn and PostgreSQL). On a loopback
-    port, or on `socket_path`."""
-    granian = str(Path(sys.executable).parent / "granian")
-    listen = ["--uds", str(socket_path), "--uds-permissions", "0o666"] if socket_path else ["--port", "{port}"]
-    command = [granian, "--interface", "wsgi", "--host", "127.0.0.1", *listen, "--no-ws"]
-    command += ["--workers", str(GRANIAN_WORKERS), "--blocking-threads", str(GRANIAN_THREADS), "bench.wsgi:application"]
-    return LiveServer("granian", command, log_dir, **env)
-
-
-class BehindNginx(LiveServer):
-    """nginx on a loopback port with deploy/nginx.conf, in front of an app server listening on a unix
-    socket in nginx's folder: `make serve`'s path. `app(socket_path)` makes the app server."""
-
-    def __init__(self, name: str, app, log_dir: Path):
-        self.run_dir = nginx_run_dir(f"bench-{name}.")
-        socket_path = self.run_dir / "app.sock"
-        self.app: LiveServer = app(socket_path)
-        super().__init__(name, nginx_command(self.run_dir, self.run_dir / "nginx.conf"), log_dir)
-        render_nginx_conf(self.run_dir, socket_path, f"127.0.0.1:{self.port}")
-
-    def launch(self) -> None:
-        # The app first: nginx answers /healthz with 503 until the app does (LiveServer.start waits).
-        self.app.launch()
-        super().launch()
-
-    def log(self) -> str:
-        return f"{super().log()}\n{self.app.name}: {self.app.log()}"
+    def start(self) -> "Direct":
+        self.launch()
+        try:
+            wait_until(lambda: http_status(f"{self.url}/healthz") == 200, self.process, 30, self.name)
+        except BaseException:
+            self.stop()
+            raise
+        return self
 
     def pids(self) -> list[int]:
-        return [self.process.pid, self.app.process.pid]
+        return [self.process.pid]
 
     def worker_pids(self) -> list[int]:
-        return self.app.worker_pids()
+        return Unit.worker_pids(self)  # the same rule: the children that are not a resource tracker
 
-    def stop(self) -> None:
-        super().stop()
-        self.app.stop()
-        shutil.rmtree(self.run_dir, ignore_errors=True)
-
-
-def gunicorn_behind_nginx(log_dir: Path, **env: str) -> BehindNginx:
-    """The service as `make serve` runs it: gunicorn (gunicorn.conf.py) on a unix socket, nginx in front."""
-    return BehindNginx(
-        "nginx-gunicorn",
-        lambda path: LiveGunicorn(log_dir, app="bench.wsgi", GUNICORN_BIND=f"unix:{path}", **env),
-        log_dir,
-    )
+    @property
+    def app(self) -> "Direct":
+        return self
 
 
-def granian_behind_nginx(log_dir: Path, **env: str) -> BehindNginx:
+def in_unit(name: str, app_command: list[str], log_dir: Path, **env: str) -> Unit:
+    """`app_command` (naming its unix socket as `{socket}`) behind nginx, as `make serve` runs the service."""
+    port = free_port()
+    return Unit(f"127.0.0.1:{port}", {**os.environ, **env}, app_command, log_dir / f"{name}-{port}.log", name=name)
+
+
+def uvicorn_command(listen: list[str]) -> list[str]:
+    """The FastAPI peer under uvicorn with uvloop and httptools (uvicorn[standard]'s choices), its
+    access log on: one line per request, as the service writes its request log."""
+    command = [str(PEER_PYTHON), "-m", "uvicorn", "bench.peers.fastapi_app:app", *listen]
+    return command + ["--workers", str(PEER_WORKERS), "--loop", "uvloop", "--http", "httptools", "--log-level", "info"]
+
+
+def granian_command(listen: list[str]) -> list[str]:
+    """The service's WSGI application (bench.wsgi) under granian, a Rust HTTP server."""
+    command = [str(BIN / "granian"), "--interface", "wsgi", "--host", "127.0.0.1", *listen, "--no-ws"]
+    return command + [
+        "--workers",
+        str(GRANIAN_WORKERS),
+        "--blocking-threads",
+        str(GRANIAN_THREADS),
+        "bench.wsgi:application",
+    ]
+
+
+def gunicorn_direct(log_dir: Path, **env: str) -> Direct:
+    """The service's gunicorn alone on a loopback port (gunicorn.conf.py, bench.wsgi)."""
+    server = Direct("gunicorn", gunicorn_command("bench.wsgi"), log_dir, **env)
+    server.env["GUNICORN_BIND"] = f"127.0.0.1:{server.port}"
+    return server
+
+
+def uvicorn_peer(log_dir: Path) -> Direct:
+    return Direct("uvicorn", uvicorn_command(["--port", "{port}"]), log_dir)
+
+
+def granian_service(log_dir: Path, **env: str) -> Direct:
+    return Direct("granian", granian_command(["--port", "{port}"]), log_dir, **env)
+
+
+def gunicorn_behind_nginx(log_dir: Path, **env: str) -> Unit:
+    """The service as `make serve` runs it (bench.wsgi: the service plus the bare view's URL)."""
+    return in_unit("nginx-gunicorn", gunicorn_command("bench.wsgi"), log_dir, **env)
+
+
+def granian_behind_nginx(log_dir: Path, **env: str) -> Unit:
     """The service under granian, on a unix socket behind nginx: what replacing gunicorn would buy."""
-    return BehindNginx("nginx-granian", lambda path: granian_service(log_dir, path, **env), log_dir)
+    listen = ["--uds", "{socket}", "--uds-permissions", "0o666"]
+    return in_unit("nginx-granian", granian_command(listen), log_dir, **env)
 
 
-def uvicorn_behind_nginx(log_dir: Path) -> BehindNginx:
+def uvicorn_behind_nginx(log_dir: Path) -> Unit:
     """The FastAPI peer behind the same nginx, on a unix socket as the service is."""
-    return BehindNginx("nginx-uvicorn", lambda path: uvicorn_peer(log_dir, path), log_dir)
+    return in_unit("nginx-uvicorn", uvicorn_command(["--uds", "{socket}"]), log_dir)

@@ -1,94 +1,76 @@
-"""`make serve`'s processes: gunicorn on a unix socket, and nginx in front of it on the public port."""
+"""`make serve`: one production unit (deploy/unit.py) in the foreground, until told to stop.
+
+Signals, as an operator or a process supervisor sends them:
+- SIGHUP: a graceful reload (a new version): nginx re-reads its config, the app server starts new
+  workers with the new code, and the old ones finish their requests first. Nothing is refused.
+- SIGTERM or SIGINT (Ctrl-C): a graceful stop: no new connections, the requests in flight are
+  answered, then everything exits and the unit's temp folder is removed.
+- The terminal closing (SIGHUP while the terminal it started on is gone): a graceful stop.
+- SIGKILL: the servers get SIGTERM from the kernel (PR_SET_PDEATHSIG), so none is left running.
+"""
 
 import os
-import shutil
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-GUNICORN = Path(sys.executable).parent / "gunicorn"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from deploy.unit import Unit  # noqa: E402
 
 
 def public_address() -> str:
-    # GUNICORN_BIND kept its meaning: the address clients reach. nginx answers there now.
+    # GUNICORN_BIND kept its meaning: the address clients reach. nginx answers there.
     return os.environ.get("GUNICORN_BIND") or f"127.0.0.1:{os.environ.get('PORT', '8000')}"
 
 
-def render_nginx_conf(run_dir: Path, socket_path: Path, listen: str) -> Path:
-    """deploy/nginx.conf for nginx listening on `listen`, in front of the app on `socket_path`;
-    also used by make bench and make bench-levers for every server they put behind nginx."""
-    as_root = os.geteuid() == 0
-    text = (ROOT / "deploy" / "nginx.conf").read_text()
-    for name, value in {
-        # As root, nginx's workers drop to nobody; otherwise they run as whoever started it.
-        "@USER@": "user nobody nogroup;" if as_root else "",
-        "@LISTEN@": listen,
-        "@RUN_DIR@": str(run_dir),
-        "@UPSTREAM@": f"unix:{socket_path}",
-    }.items():
-        text = text.replace(name, value)
-    path = run_dir / "nginx.conf"
-    path.write_text(text)
-    return path
-
-
-def wait_for_socket(path: Path, process: subprocess.Popen, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"serve: gunicorn did not open {path}")
-        time.sleep(0.05)
-
-
-def nginx_run_dir(prefix: str) -> Path:
-    run_dir = Path(tempfile.mkdtemp(prefix=prefix))
-    run_dir.chmod(0o755)  # nginx's workers (nobody, when started as root) reach the socket through it
-    return run_dir
-
-
-def nginx_command(run_dir: Path, conf: Path) -> list[str]:
-    return [shutil.which("nginx") or "/usr/sbin/nginx", "-p", str(run_dir), "-c", str(conf), "-g", "daemon off;"]
+def terminal_gone(started_on_terminal: bool) -> bool:
+    """True when this process started on a terminal that has since hung up."""
+    return started_on_terminal and not os.isatty(sys.stderr.fileno())
 
 
 def main() -> int:
-    run_dir = nginx_run_dir("plantstore-serve.")
-    socket_path = run_dir / "gunicorn.sock"
-    conf = render_nginx_conf(run_dir, socket_path, public_address())
-    children: list[subprocess.Popen] = []
+    started_on_terminal = os.isatty(sys.stderr.fileno())
+    asked: list[str] = []  # what the signals asked for, handled in the loop below
 
-    def stop(signum=signal.SIGTERM, frame=None):
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
+    def on_stop(signum, frame):
+        asked.append("stop")
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    def on_hangup(signum, frame):
+        asked.append("stop" if terminal_gone(started_on_terminal) else "reload")
+
+    signal.signal(signal.SIGTERM, on_stop)
+    signal.signal(signal.SIGINT, on_stop)
+    signal.signal(signal.SIGHUP, on_hangup)
+    unit = Unit(public_address(), dict(os.environ), supervised=True, name="serve")
     try:
-        app = subprocess.Popen(
-            [str(GUNICORN), "-c", "gunicorn.conf.py", "plantstore_site.wsgi"],
-            cwd=ROOT,
-            env={**os.environ, "GUNICORN_BIND": f"unix:{socket_path}"},
-        )
-        children.append(app)
-        wait_for_socket(socket_path, app)
-        children.append(subprocess.Popen(nginx_command(run_dir, conf)))
-        sys.stderr.write(f"serve: nginx on http://{public_address()}, gunicorn on {socket_path}\n")
-        # Whichever stops first (a signal, or a crash) stops the other.
-        while all(child.poll() is None for child in children):
-            time.sleep(0.2)
+        unit.start()
+        say(f"serve: nginx on {unit.url}, the app server on {unit.socket_path} (pid {os.getpid()}: HUP reloads)")
+        while "stop" not in asked:
+            if not unit.running():
+                say("serve: a server exited; stopping the other")
+                return 1
+            if "reload" in asked:
+                asked.remove("reload")
+                say("serve: reloading (new workers, new code; the old ones finish their requests)")
+                unit.reload()
+            time.sleep(0.1)
+        say("serve: stopping gracefully")
+        return 0
+    except RuntimeError as error:
+        say(f"serve: {error}")
+        return 1
     finally:
-        stop()
-        for child in children:
-            try:
-                child.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                child.kill()
-        shutil.rmtree(run_dir, ignore_errors=True)
-    return 0 if all(child.returncode == 0 for child in children) else 1
+        unit.stop()
+
+
+def say(line: str) -> None:
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except OSError:  # the terminal has gone; the servers' own logs go on elsewhere, or nowhere
+        pass
 
 
 if __name__ == "__main__":

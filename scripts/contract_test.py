@@ -1,7 +1,7 @@
 """`make test-contract`: fuzz the live service with schemathesis, using the schema it publishes.
 
-Serves the production path (debug off, gunicorn, started by tests.live.LiveGunicorn as the tests
-start it) on a free loopback port, with DATABASE_URL if set (e.g. under scripts/with-postgres),
+Serves the production path (debug off, a production unit: deploy/unit.py, nginx then the app
+server) on a free loopback port, with DATABASE_URL if set (e.g. under scripts/with-postgres),
 else a throwaway SQLite file; issues a token; runs every schemathesis check on positive and
 negative data, none excluded. Exits non-zero on any failure, with the server's log.
 """
@@ -14,24 +14,26 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.live import ROOT, LiveGunicorn  # noqa: E402
+from deploy.processes import ROOT, free_port  # noqa: E402
+from deploy.unit import Unit  # noqa: E402
 
 SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
 
 
-def manage(server: LiveGunicorn, *args: str) -> str:
-    # The server's settings, but not its metrics folder: gunicorn makes that when it starts.
-    env = {name: value for name, value in server.env.items() if name != "PROMETHEUS_MULTIPROC_DIR"}
+def manage(server: Unit, *args: str) -> str:
     return subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=server.env, check=True, capture_output=True, text=True
     ).stdout
 
 
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="plantstore-contract.") as work:
         work = Path(work)
-        server = LiveGunicorn(
-            work,
+        port = free_port()
+        settings = dict(
+            DJANGO_DEBUG="0",
+            DJANGO_SECRET_KEY="contract-test-secret-key-" + "x" * 40,
+            DJANGO_ALLOWED_HOSTS="127.0.0.1",
             DATABASE_URL=os.environ.get("DATABASE_URL") or f"sqlite:///{work / 'db.sqlite3'}",
             DJANGO_STATIC_ROOT=str(work / "static"),
             # Throttling on, as in production, so every answer's RateLimit headers are checked
@@ -39,6 +41,7 @@ def main() -> int:
             PLANTS_THROTTLE_RATE="1000000/hour",
             PLANTS_THROTTLE_DIR=str(work / "rate-limits"),
         )
+        server = Unit(f"127.0.0.1:{port}", {**os.environ, **settings}, log=work / "unit.log", name="contract")
         manage(server, "migrate", "--no-input", "-v", "0")
         manage(server, "collectstatic", "--no-input", "-v", "0")
         token = manage(server, "token", "issue", "schemathesis").strip()

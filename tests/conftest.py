@@ -11,8 +11,10 @@ import pytest
 from django.db import connection
 from rest_framework.test import APIClient
 
+from deploy.cluster import PgBouncer, Redis
+from deploy.unit import Unit
 from plants.services import token_issue
-from tests.live import LiveGunicorn, LivePgBouncer, LiveRedis, database_url
+from tests.live import database_url, live_unit
 
 
 @pytest.fixture
@@ -49,7 +51,7 @@ def post_plant(api_client, auth_headers):
 
 
 # Live servers share the test database, which only PostgreSQL's tests can (SQLite's is in memory).
-NEEDS_POSTGRESQL = {"gunicorn", "pgbouncer"}
+NEEDS_POSTGRESQL = {"production_unit", "pgbouncer"}
 skipped: list[str] = []
 
 
@@ -82,12 +84,13 @@ def pytest_terminal_summary(terminalreporter):
 
 
 @pytest.fixture
-def gunicorn(transactional_db, tmp_path):
-    """Start gunicorn servers on the test database: `server = gunicorn(**environment)`."""
+def production_unit(transactional_db, tmp_path):
+    """Start production units (nginx, then the app server: deploy/unit.py) on the test database:
+    `server = production_unit(**environment)`."""
     servers = []
 
-    def start(**env) -> LiveGunicorn:
-        server = LiveGunicorn(tmp_path, **{"DATABASE_URL": database_url(connection.settings_dict), **env})
+    def start(**env) -> Unit:
+        server = live_unit(tmp_path, **{"DATABASE_URL": database_url(connection.settings_dict), **env})
         servers.append(server)
         return server.start()
 
@@ -98,7 +101,7 @@ def gunicorn(transactional_db, tmp_path):
 
 @pytest.fixture
 def redis_server():
-    server = LiveRedis().start()
+    server = Redis().start()
     yield server
     server.stop()
 
@@ -106,6 +109,6 @@ def redis_server():
 @pytest.fixture
 def pgbouncer(transactional_db):
     """A PgBouncer pooling by transaction in front of the test database (PostgreSQL only)."""
-    server = LivePgBouncer(connection.settings_dict).start()
+    server = PgBouncer(connection.settings_dict).start()
     yield server
     server.stop()

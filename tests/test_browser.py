@@ -1,4 +1,4 @@
-"""The admin and the docs in a real browser (Debian's Chromium, driven by Playwright) on live gunicorn."""
+"""The admin and the docs in a real browser (Debian's Chromium, driven by Playwright) on a live production unit (nginx, then the app server)."""
 
 import os
 import subprocess
@@ -10,8 +10,9 @@ from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import User
 from playwright.sync_api import sync_playwright
 
+from deploy.processes import ROOT
 from plants.models import ApiToken, Plant
-from tests.live import ROOT, request
+from tests.live import request
 
 CHROMIUM = os.environ.get("PLANTSTORE_CHROMIUM", "/usr/bin/chromium")
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
@@ -68,14 +69,14 @@ def snapshot(page, name: str) -> None:
     page.screenshot(path=SCREENSHOTS / f"{name}.png", full_page=True)
 
 
-def test_operator_browses_plants_and_manages_tokens_in_the_admin(gunicorn, static_root, browser_page):
+def test_operator_browses_plants_and_manages_tokens_in_the_admin(production_unit, static_root, browser_page):
     operator = User.objects.create_superuser("operator", "ops@example.com")
     operator.password = make_password("a-long-operator-password", hasher="pbkdf2_sha256")  # the server's hasher
     operator.save()
     Plant.objects.create(id=42, name="Monstera deliciosa", tag="aroid")
     Plant.objects.create(id=7, name="Pothos", tag="aroid")
     Plant.objects.create(id=100, name="Saguaro", tag="cactus")
-    server = gunicorn(DJANGO_STATIC_ROOT=str(static_root))
+    server = production_unit(DJANGO_STATIC_ROOT=str(static_root))
     page = browser_page
 
     page.goto(f"{server.url}/admin/")
@@ -124,8 +125,8 @@ def test_operator_browses_plants_and_manages_tokens_in_the_admin(gunicorn, stati
     assert (status, text) == (401, '{"error":40101,"message":"The token has been revoked."}')
 
 
-def test_docs_page_renders_the_schema_without_network(gunicorn, static_root, browser_page):
-    server = gunicorn(DJANGO_STATIC_ROOT=str(static_root))
+def test_docs_page_renders_the_schema_without_network(production_unit, static_root, browser_page):
+    server = production_unit(DJANGO_STATIC_ROOT=str(static_root))
     page = browser_page
 
     page.goto(f"{server.url}/docs")

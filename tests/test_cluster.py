@@ -1,6 +1,6 @@
 """make cluster's topology, driven through its load balancer: HAProxy, two app servers, PgBouncer, Redis.
 
-One cluster for the module (tests/live.py's LiveCluster, the one make cluster runs); each test
+One cluster for the module (deploy/cluster.py's Cluster, the one make cluster runs); each test
 issues its own token, so the throttle quota of one does not touch another.
 """
 
@@ -13,8 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection
 
+from deploy.cluster import Cluster
+from deploy.processes import ROOT
 from plants.models import Plant
-from tests.live import ROOT, LiveCluster, Load, create_many, request
+from tests.live import Load, create_many, live_cluster, request
 
 pytestmark = [pytest.mark.postgres, pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
@@ -29,7 +31,7 @@ UNAVAILABLE = [
 
 @pytest.fixture(scope="module")
 def cluster(django_db_setup, tmp_path_factory):
-    live = LiveCluster(
+    live = live_cluster(
         connection.settings_dict, tmp_path_factory.mktemp("cluster"), PLANTS_THROTTLE_RATE=f"{QUOTA}/hour"
     ).start()
     yield live
@@ -45,11 +47,11 @@ def posts_served(server) -> int:
     return server.log().count('"method": "POST", "path": "/plants", "status": 200,')
 
 
-def served_since(cluster: LiveCluster, before: list[int], total: int) -> list[int]:
+def served_since(cluster: Cluster, before: list[int], total: int) -> list[int]:
     """POSTs each app server logged since `before`; a request is logged just after it is answered."""
     deadline = time.monotonic() + 5
     while True:
-        served = [posts_served(app) - count for app, count in zip(cluster.apps, before, strict=True)]
+        served = [posts_served(unit) - count for unit, count in zip(cluster.units, before, strict=True)]
         if sum(served) >= total or time.monotonic() > deadline:
             return served
         time.sleep(0.05)
@@ -65,7 +67,7 @@ def assert_only_created_or_unavailable(load: Load) -> None:
 
 
 def test_creates_through_the_load_balancer_are_served_by_both_app_servers(cluster, token):
-    before = [posts_served(app) for app in cluster.apps]
+    before = [posts_served(unit) for unit in cluster.units]
 
     answers = create_many(cluster.url, token, range(1, 21), "Rose")
 
@@ -92,11 +94,11 @@ def test_duplicate_race_across_servers_has_one_winner(cluster, token):
 
 
 def test_token_revoked_on_one_server_is_refused_by_every_server_from_the_next_request(cluster, token):
-    urls = [app.url for app in cluster.apps] + [cluster.url]
+    urls = [unit.url for unit in cluster.units] + [cluster.url]
     before = [request(f"{url}/plants", {"id": number, "name": "Rose"}, token)[0] for number, url in enumerate(urls)]
 
     revoke = [sys.executable, "manage.py", "token", "revoke", "test-client"]
-    subprocess.run(revoke, cwd=ROOT, env=cluster.apps[0].env, check=True, capture_output=True)
+    subprocess.run(revoke, cwd=ROOT, env=cluster.units[0].env, check=True, capture_output=True)
     after = [request(f"{url}/plants", {"id": 10 + n, "name": "Rose"}, token) for n, url in enumerate(urls * 2)]
 
     assert before == [200, 200, 200]
@@ -116,7 +118,7 @@ def test_throttle_quota_is_exact_across_servers(cluster, token):
 
 
 def test_app_server_killed_mid_load_loses_no_acknowledged_create(cluster, token):
-    victim, survivor = cluster.apps
+    victim, survivor = cluster.units
     try:
         with Load(f"{cluster.url}/plants", token, clients=4, pause=0.1) as load:
             load.wait_for(30)

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from deploy.processes import ROOT, free_port
 from plants.exceptions import ErrorCode
-from tests.live import ROOT, free_port, request, wait_until_healthy
+from tests.live import request, wait_until_healthy
 
 pytestmark = pytest.mark.live
 VENV = Path(sys.executable).parent.parent

@@ -3,7 +3,7 @@
 import pytest
 from django.test import Client
 
-from tests.live import LiveGunicorn, request
+from tests.live import live_unit, request
 
 
 @pytest.mark.django_db
@@ -25,7 +25,7 @@ def test_health_with_other_method_returns_405_with_allow():
 
 def test_unreachable_database_gives_503_error_bodies_not_html(tmp_path):
     unreachable = f"postgres://nobody@{str(tmp_path / 'no-server').replace('/', '%2F')}/plantstore"
-    server = LiveGunicorn(tmp_path, DATABASE_URL=unreachable).start(expect_health=503)
+    server = live_unit(tmp_path, DATABASE_URL=unreachable).start(expect_health=503)
     try:
         health = request(f"{server.url}/healthz")
         create = request(f"{server.url}/plants", {"id": 1, "name": "Rose"}, token="plnt_anything")

@@ -1,4 +1,4 @@
-"""No data lost under faults, through a live gunicorn on PostgreSQL: races, killed workers, restarts."""
+"""No data lost under faults, through a live production unit on PostgreSQL: races, killed workers, restarts."""
 
 import os
 import signal
@@ -28,8 +28,8 @@ def race(url: str, token: str, bodies: list[dict]) -> list[tuple]:
         return list(pool.map(post, bodies))
 
 
-def test_race_of_creates_of_one_id_gives_one_200_and_clean_400s(gunicorn, token):
-    server = gunicorn(GUNICORN_WORKERS="3", GUNICORN_THREADS="8")
+def test_race_of_creates_of_one_id_gives_one_200_and_clean_400s(production_unit, token):
+    server = production_unit(GUNICORN_WORKERS="3", GUNICORN_THREADS="8")
     bodies = [{"id": 77, "name": f"racer-{n}"} for n in range(RACERS)]
 
     results = race(f"{server.url}/plants", token, bodies)
@@ -41,8 +41,8 @@ def test_race_of_creates_of_one_id_gives_one_200_and_clean_400s(gunicorn, token)
     assert winners[0] == f'{{"id":77,"name":"{stored.name}"}}'
 
 
-def test_identical_concurrent_retries_all_get_200_and_store_one_plant(gunicorn, token):
-    server = gunicorn(GUNICORN_WORKERS="3", GUNICORN_THREADS="8")
+def test_identical_concurrent_retries_all_get_200_and_store_one_plant(production_unit, token):
+    server = production_unit(GUNICORN_WORKERS="3", GUNICORN_THREADS="8")
 
     results = race(f"{server.url}/plants", token, [{"id": 78, "name": "Retry", "tag": "same"}] * RACERS)
 
@@ -56,8 +56,8 @@ def assert_every_answer_is_json(load: Load):
     assert {content_type for _, _, content_type, *_ in answered} == {"application/json"}
 
 
-def test_every_plant_answered_200_is_stored_when_a_worker_is_killed(gunicorn, token):
-    server = gunicorn(GUNICORN_WORKERS="2", GUNICORN_THREADS="4")
+def test_every_plant_answered_200_is_stored_when_a_worker_is_killed(production_unit, token):
+    server = production_unit(GUNICORN_WORKERS="2", GUNICORN_THREADS="4")
 
     with Load(f"{server.url}/plants", token, limit=3000) as load:
         load.wait_for(1000)
@@ -82,8 +82,8 @@ def pg_ctl(action: str) -> None:
     subprocess.run(command, check=True, capture_output=True, timeout=60)
 
 
-def test_service_answers_json_during_a_postgres_restart_and_recovers(gunicorn, token):
-    server = gunicorn(GUNICORN_WORKERS="2", GUNICORN_THREADS="4")
+def test_service_answers_json_during_a_postgres_restart_and_recovers(production_unit, token):
+    server = production_unit(GUNICORN_WORKERS="2", GUNICORN_THREADS="4")
 
     with Load(f"{server.url}/plants", token) as load:
         load.wait_for(300)
@@ -109,8 +109,8 @@ def test_service_answers_json_during_a_postgres_restart_and_recovers(gunicorn, t
     assert load.ids_with(200) <= set(Plant.objects.values_list("id", flat=True))
 
 
-def test_connections_idle_across_a_postgres_restart_are_replaced_before_use(gunicorn, token):
-    server = gunicorn(GUNICORN_WORKERS="2", GUNICORN_THREADS="4")
+def test_connections_idle_across_a_postgres_restart_are_replaced_before_use(production_unit, token):
+    server = production_unit(GUNICORN_WORKERS="2", GUNICORN_THREADS="4")
     warm = create_many(server.url, token, range(200), "warm")  # gives every server thread a connection
     assert {status for status, _ in warm} == {200}
 

@@ -16,8 +16,9 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from deploy.processes import ROOT
 from plants.models import ApiToken, Plant
-from tests.live import ROOT, Load
+from tests.live import Load
 
 REVOKED = {"error": 40101, "message": "The token has been revoked."}
 EXPIRED = {"error": 40101, "message": "The token has expired."}
@@ -73,13 +74,13 @@ def test_token_changed_by_another_session_is_refused_on_the_next_request(post_pl
 
 
 @pytest.fixture(params=["postgresql", "pgbouncer"])
-def server(request, gunicorn):
-    """gunicorn (2 workers × 4 threads, persistent connections) on PostgreSQL, directly or through
+def server(request, production_unit):
+    """A production unit (2 workers × 4 threads, persistent connections) on PostgreSQL, directly or through
     PgBouncer in transaction mode (where prepared statements must be off: PgBouncer 1.18)."""
     if request.param == "postgresql":
-        return gunicorn(GUNICORN_WORKERS="2", GUNICORN_THREADS="4")
+        return production_unit(GUNICORN_WORKERS="2", GUNICORN_THREADS="4")
     bouncer = request.getfixturevalue("pgbouncer")
-    return gunicorn(
+    return production_unit(
         GUNICORN_WORKERS="2", GUNICORN_THREADS="4", DATABASE_URL=bouncer.url, DJANGO_DB_PREPARED_STATEMENTS="0"
     )
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.live import ROOT, free_port, request, wait_until_healthy
+from deploy.processes import ROOT, free_port
+from tests.live import request, wait_until_healthy
 
 VENV = Path(sys.executable).parent.parent
 

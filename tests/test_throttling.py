@@ -171,7 +171,7 @@ def test_rate_that_is_not_a_positive_count_per_period_is_refused(rate):
         rate_policy(rate)
 
 
-# Live: real gunicorn workers (separate processes) counting in one store.
+# Live: real app server workers (separate processes) counting in one store.
 
 QUOTA = 10
 
@@ -197,14 +197,14 @@ def post_over_fresh_connections(servers, token: str, count: int) -> list[tuple]:
 
 
 @pytest.mark.parametrize("store_name", ["default", "redis"])
-def test_quota_is_exact_across_worker_processes_and_servers(gunicorn, request, tmp_path, token, store_name):
+def test_quota_is_exact_across_worker_processes_and_servers(production_unit, request, tmp_path, token, store_name):
     environment = {"PLANTS_THROTTLE_RATE": f"{QUOTA}/hour", "GUNICORN_WORKERS": "3", "GUNICORN_THREADS": "2"}
     if store_name == "redis":  # two servers sharing one Redis
         environment["REDIS_URL"] = request.getfixturevalue("redis_server").url
-        servers = [gunicorn(**environment), gunicorn(**environment)]
+        servers = [production_unit(**environment), production_unit(**environment)]
     else:  # one server, its workers sharing the SQLite file
         environment["PLANTS_THROTTLE_DIR"] = str(tmp_path / "rate-limits")
-        servers = [gunicorn(**environment)]
+        servers = [production_unit(**environment)]
     wait_out_the_top_of_the_hour()
     started = time.time()
 

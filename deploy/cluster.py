@@ -1,0 +1,263 @@
+"""`make cluster`'s topology: HAProxy in front of N production units, PgBouncer, Redis.
+
+Each server reads its config from deploy/cluster/ (templates whose $NAMEs are filled in here).
+scripts/cluster runs it until stopped; the tests and `make bench-cluster` start the same classes.
+"""
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+from urllib.parse import quote
+
+from deploy.processes import ROOT, ServerProcess, free_port, http_status, render, stop_process, wait_until
+from deploy.unit import Unit
+
+DEPLOY = ROOT / "deploy" / "cluster"
+# Where HAProxy connects from, on one machine: the units' nginx trusts its X-Forwarded-For.
+BALANCER_ADDRESS = "127.0.0.1"
+
+
+def as_unprivileged_user() -> dict:
+    """Popen arguments that drop root (servers such as pgbouncer refuse it) to `postgres`."""
+    return {"user": "postgres", "group": "postgres"} if os.geteuid() == 0 else {}
+
+
+class Redis:
+    """A throwaway redis-server (deploy/cluster/redis.conf) on a loopback port, keeping nothing on disk."""
+
+    def __init__(self):
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen | None = None
+
+    def answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as conn:
+                conn.sendall(b"PING\r\n")
+                return conn.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def start(self) -> "Redis":
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed (Debian package redis-server)")
+        self.process = subprocess.Popen(
+            [binary, str(DEPLOY / "redis.conf"), "--port", str(self.port)], stdout=subprocess.DEVNULL
+        )
+        wait_until(self.answers, self.process, 10, "redis-server")
+        return self
+
+    def stop(self) -> None:
+        stop_process(self.process)
+
+
+class PgBouncer:
+    """A PgBouncer on a loopback port, pooling by transaction in front of the PostgreSQL server of
+    `settings_dict` (Django's form of a database URL)."""
+
+    def __init__(self, settings_dict: dict, pool_mode: str = "transaction"):
+        self.port = free_port()
+        # Its own folder: pgbouncer runs as another user when started as root.
+        self.work_dir = work_dir = Path(tempfile.mkdtemp(prefix="plantstore-pgbouncer."))
+        self.database = settings_dict["NAME"]
+        self.url = f"postgres://{quote(settings_dict['USER'] or 'postgres')}@127.0.0.1:{self.port}/{self.database}"
+        backend = f"host={settings_dict['HOST']} port={settings_dict['PORT'] or 5432} dbname={self.database}"
+        self.config = render(
+            DEPLOY / "pgbouncer.ini",
+            work_dir / "pgbouncer.ini",
+            PORT=str(self.port),
+            DATABASE=self.database,
+            BACKEND=backend,
+            POOL_MODE=pool_mode,
+            WORK_DIR=str(work_dir),
+        )
+        (work_dir / "userlist.txt").write_text(f'"{settings_dict["USER"] or "postgres"}" ""\n')
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "PgBouncer":
+        binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+        if not Path(binary).exists():
+            raise RuntimeError("pgbouncer is not installed (Debian package pgbouncer)")
+        if os.geteuid() == 0:
+            shutil.chown(self.work_dir, "postgres", "postgres")
+        self.process = subprocess.Popen(
+            [binary, str(self.config)],
+            stdout=subprocess.DEVNULL,
+            stderr=(self.work_dir / "stderr.log").open("wb"),
+            **as_unprivileged_user(),
+        )
+
+        def accepts() -> bool:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                return True
+            except OSError:
+                return False
+
+        try:
+            wait_until(accepts, self.process, 10, "pgbouncer")
+        except RuntimeError as error:
+            raise RuntimeError(f"{error}: {self.log()}") from None
+        return self
+
+    def log(self) -> str:
+        logs = [self.work_dir / "stderr.log", self.work_dir / "pgbouncer.log"]
+        return "".join(path.read_text(errors="replace") for path in logs if path.exists())
+
+    def terminate(self) -> None:
+        """Stop the process, keeping its folder, so that start() brings it back on the same port."""
+        stop_process(self.process)
+
+    def stop(self) -> None:
+        self.terminate()
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+class HAProxy:
+    """HAProxy (deploy/cluster/haproxy.cfg) on `port`, balancing over `units`, with its runtime API
+    on a unix socket in `work_dir` (drain, maint, ready: the rolling restart's moves)."""
+
+    def __init__(self, port: int, units: list[Unit], work_dir: Path, supervised: bool = False):
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.socket_path = work_dir / "haproxy.sock"
+        servers = "".join(
+            f"    server {self.server_name(number)} {unit.url.removeprefix('http://')} check\n"
+            for number, unit in enumerate(units)
+        )
+        self.config = render(
+            DEPLOY / "haproxy.cfg",
+            work_dir / "haproxy.cfg",
+            PORT=str(port),
+            SERVERS=servers,
+            ERRORS=str(DEPLOY / "errors"),
+            ADMIN_SOCKET=str(self.socket_path),
+        )
+        binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
+        self.server = ServerProcess(
+            "haproxy", [binary, "-db", "-f", str(self.config)], dict(os.environ), work_dir / "haproxy.log", supervised
+        )
+
+    @staticmethod
+    def server_name(number: int) -> str:
+        return f"app{number + 1}"
+
+    @property
+    def process(self) -> subprocess.Popen | None:
+        return self.server.process
+
+    def start(self) -> "HAProxy":
+        if not Path(self.server.command[0]).exists():
+            raise RuntimeError("haproxy is not installed (Debian package haproxy)")
+        self.server.launch()
+        # Ready once an app unit has passed its health checks: /healthz through it answers 200.
+        try:
+            wait_until(lambda: http_status(f"{self.url}/healthz") == 200, self.process, 30, "haproxy")
+        except RuntimeError as error:
+            raise RuntimeError(f"{error}: {self.server.log()}") from None
+        return self
+
+    def command(self, line: str) -> str:
+        """One command on HAProxy's runtime API; its answer."""
+        with socket.socket(socket.AF_UNIX) as conn:
+            conn.settimeout(5)
+            conn.connect(str(self.socket_path))
+            conn.sendall(line.encode() + b"\n")
+            answer = b""
+            while chunk := conn.recv(65536):
+                answer += chunk
+        return answer.decode()
+
+    def server_stat(self, number: int) -> dict:
+        """The `show stat` row of one app server: status (UP, DOWN, DRAIN, MAINT), scur (sessions)…"""
+        header, *rows = self.command("show stat").splitlines()
+        names = header.removeprefix("# ").split(",")
+        for row in rows:
+            stat = dict(zip(names, row.split(","), strict=False))
+            if stat.get("pxname") == "app_servers" and stat.get("svname") == self.server_name(number):
+                return stat
+        raise RuntimeError(f"haproxy has no server {self.server_name(number)}")
+
+    def set_state(self, number: int, state: str) -> None:
+        answer = self.command(f"set server app_servers/{self.server_name(number)} state {state}")
+        if answer.strip():
+            raise RuntimeError(f"haproxy refused `state {state}`: {answer.strip()}")
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+class Cluster:
+    """HAProxy on `port` in front of `app_servers` production units (each nginx and the app server,
+    as if on its own host), PgBouncer pooling by transaction in front of the PostgreSQL of
+    `settings_dict`, and Redis for the rate-limit counters they share."""
+
+    def __init__(
+        self,
+        settings_dict: dict,
+        work_dir: Path,
+        port: int | None = None,
+        app_servers: int = 2,
+        supervised: bool = False,
+        **env: str,
+    ):
+        self.work_dir = work_dir
+        self.redis = Redis()
+        self.pgbouncer = PgBouncer(settings_dict)
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": self.pgbouncer.url,
+            "DJANGO_DB_PREPARED_STATEMENTS": "0",  # PgBouncer 1.18 in transaction mode
+            "REDIS_URL": self.redis.url,
+            # HAProxy names the client in X-Forwarded-For; each unit's nginx believes only HAProxy.
+            "PLANTS_TRUSTED_PROXIES": BALANCER_ADDRESS,
+            **env,
+        }
+        self.units = [
+            Unit(
+                f"127.0.0.1:{free_port()}",
+                self.env,
+                log=work_dir / f"unit{n + 1}.log",
+                supervised=supervised,
+                name=f"unit{n + 1}",
+            )
+            for n in range(app_servers)
+        ]
+        self.haproxy = HAProxy(port or free_port(), self.units, work_dir, supervised)
+        self.url = self.haproxy.url
+
+    def start(self) -> "Cluster":
+        try:
+            self.redis.start()
+            self.pgbouncer.start()
+            for unit in self.units:  # launched from this thread (see die_with_parent), then waited for
+                unit.launch()
+            for unit in self.units:
+                unit.wait_ready()
+            self.haproxy.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def rolling_restart(self, say=lambda line: None) -> None:
+        """Restart the units one at a time (a new version): each is drained in HAProxy, stopped once
+        its requests are answered, started again, and back in rotation before the next one goes."""
+        for number, unit in enumerate(self.units):
+            say(f"restarting {unit.name} ({unit.url})")
+            self.haproxy.set_state(number, "drain")
+            wait_until(lambda n=number: self.haproxy.server_stat(n)["scur"] == "0", None, 40, f"{unit.name} drained")
+            self.haproxy.set_state(number, "maint")
+            unit.stop()
+            unit.start()
+            self.haproxy.set_state(number, "ready")
+            wait_until(lambda n=number: self.haproxy.server_stat(n)["status"] == "UP", None, 30, f"{unit.name} up")
+        say("every unit restarted")
+
+    def stop(self) -> None:
+        for server in [self.haproxy, *self.units, self.pgbouncer, self.redis]:
+            server.stop()

@@ -1,0 +1,130 @@
+"""Server processes: start one with its log, wait for it to answer, signal it, stop it, and nothing left over."""
+
+import ctypes
+import http.client
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from string import Template
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent  # the venv's scripts: gunicorn, granian, …
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """preexec_fn: the child gets SIGTERM when the thread that started it dies (Linux), so a
+    supervisor killed with SIGKILL leaves no server behind. Only for servers started from a
+    thread that lives as long as they do: the main thread of deploy/serve.py and scripts/cluster."""
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def render(template: Path, destination: Path, **values: str) -> Path:
+    """Write a config template with its $NAMEs filled in (a missing one is an error)."""
+    destination.write_text(Template(template.read_text()).substitute(values))
+    return destination
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def http_status(url: str, timeout: float = 2) -> int | None:
+    """The status of GET `url` (http://host:port/path), None when nothing answered."""
+    host_port, _, path = url.removeprefix("http://").partition("/")
+    host, _, port = host_port.rpartition(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    try:
+        connection.request("GET", f"/{path}", headers={"Host": host})
+        return connection.getresponse().status
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        connection.close()
+
+
+def wait_until(ready, process: subprocess.Popen | None, timeout: float, what: str) -> None:
+    """Poll `ready()` until true; RuntimeError if `process` exits or `timeout` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"{what}: the process exited ({process.returncode})")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what}: not ready after {timeout:.0f} s")
+        time.sleep(0.05)
+
+
+def stop_process(process: subprocess.Popen | None, timeout: float = 15, sig: int = signal.SIGTERM) -> None:
+    """Send `sig` (SIGTERM) to a server and wait for it; SIGKILL it if it has not stopped within `timeout`."""
+    if process and process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def children(pid: int) -> list[int]:
+    """The pids of a process's children (all its threads'), [] once it has exited."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return []
+    found = []
+    for task in tasks:
+        try:
+            found += map(int, Path(f"/proc/{pid}/task/{task}/children").read_text().split())
+        except FileNotFoundError:
+            continue
+    return found
+
+
+class ServerProcess:
+    """One server's process: its command, environment and output (appended to `log`, or this
+    process's own stdout and stderr when None)."""
+
+    def __init__(self, name: str, command: list[str], env: dict, log: Path | None = None, supervised: bool = False):
+        self.name, self.command, self.env, self.log_path = name, command, env, log
+        self.supervised = supervised  # die_with_parent: see there
+        self.process: subprocess.Popen | None = None
+
+    def launch(self) -> subprocess.Popen:
+        # Appended: a server started again keeps its earlier output in the same log.
+        output = self.log_path.open("ab") if self.log_path else None
+        try:
+            self.process = subprocess.Popen(
+                self.command,
+                cwd=ROOT,
+                env=self.env,
+                stdout=output,
+                stderr=subprocess.STDOUT if output else None,
+                # Its own process group: a terminal's Ctrl-C or hang-up reaches the supervisor,
+                # which decides what each server gets.
+                process_group=0,
+                preexec_fn=die_with_parent if self.supervised else None,
+            )
+        finally:
+            if output:
+                output.close()
+        return self.process
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def send(self, sig: int) -> None:
+        if self.running():
+            self.process.send_signal(sig)
+
+    def stop(self, timeout: float = 15, sig: int = signal.SIGTERM) -> None:
+        stop_process(self.process, timeout, sig)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""

@@ -1,0 +1,181 @@
+"""The production unit: nginx on the public address in front of the app server on a unix socket.
+
+Defined once, here: `make serve` runs one (deploy/serve.py), `make cluster` runs several behind
+HAProxy (deploy/cluster.py), and the tests and the bench start theirs through this class, so what
+they prove is what production runs.
+"""
+
+import ipaddress
+import os
+import shutil
+import signal
+import tempfile
+from pathlib import Path
+
+from deploy.processes import BIN, ROOT, ServerProcess, children, http_status, wait_until
+
+NGINX_TEMPLATE = ROOT / "deploy" / "nginx.conf"
+
+
+def gunicorn_command(app: str = "plantstore_site.wsgi") -> list[str]:
+    """The app server: gunicorn with gunicorn.conf.py (its bind is the unit's socket)."""
+    return [str(BIN / "gunicorn"), "-c", str(ROOT / "gunicorn.conf.py"), app]
+
+
+def trusted_proxies(value: str) -> list[str]:
+    """PLANTS_TRUSTED_PROXIES (comma-separated addresses or networks) checked, one per item."""
+    proxies = []
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        try:
+            proxies.append(str(ipaddress.ip_network(item, strict=False)))
+        except ValueError:
+            raise SystemExit(f"PLANTS_TRUSTED_PROXIES: {item!r} is not an address or network") from None
+    return proxies
+
+
+def render_nginx_conf(run_dir: Path, upstream: str, listen: str, proxies: list[str]) -> Path:
+    """deploy/nginx.conf for nginx listening on `listen`, in front of `upstream` (unix:/path)."""
+    real_ip = "".join(f"set_real_ip_from {proxy};\n    " for proxy in proxies)
+    if proxies:
+        # The client is the last address in X-Forwarded-For that is not a trusted proxy's.
+        real_ip += "real_ip_header X-Forwarded-For;\n    real_ip_recursive on;"
+    text = NGINX_TEMPLATE.read_text()
+    for name, value in {
+        # As root, nginx's workers drop to nobody; otherwise they run as whoever started it.
+        "@USER@": "user nobody nogroup;" if os.geteuid() == 0 else "",
+        "@LISTEN@": listen,
+        "@RUN_DIR@": str(run_dir),
+        "@UPSTREAM@": upstream,
+        "@REAL_IP@": real_ip,
+    }.items():
+        text = text.replace(name, value)
+    path = run_dir / "nginx.conf"
+    path.write_text(text)
+    return path
+
+
+class Unit:
+    """nginx on `listen` (host:port) in front of the app server (`app_command`, default gunicorn
+    with gunicorn.conf.py) on a unix socket in the unit's own temp folder, removed when it stops.
+
+    `env` is the app server's environment (settings; PLANTS_TRUSTED_PROXIES is nginx's too);
+    output goes to `log`, or to this process's stdout. start(), reload() and stop() are the
+    operator's three moves; kill() is a host dying.
+    """
+
+    def __init__(
+        self,
+        listen: str,
+        env: dict,
+        app_command: list[str] | None = None,
+        log: Path | None = None,
+        supervised: bool = False,
+        name: str = "unit",
+    ):
+        self.listen, self.env, self.log_path, self.supervised, self.name = listen, env, log, supervised, name
+        self.app_command = app_command or gunicorn_command()
+        self.proxies = trusted_proxies(env.get("PLANTS_TRUSTED_PROXIES", ""))
+        host, _, port = listen.rpartition(":")
+        self.port = int(port)
+        self.url = f"http://{'127.0.0.1' if host in ('', '0.0.0.0', '*') else host}:{self.port}"
+        self.run_dir: Path | None = None
+        self.app: ServerProcess | None = None
+        self.nginx: ServerProcess | None = None
+
+    @property
+    def socket_path(self) -> Path:
+        return self.run_dir / "app.sock"
+
+    def launch(self) -> None:
+        """Start the app server, then nginx once the app's socket exists; do not wait for /healthz."""
+        self.run_dir = Path(tempfile.mkdtemp(prefix=f"plantstore-{self.name}."))
+        self.run_dir.chmod(0o755)  # nginx's workers (nobody, when started as root) reach the socket through it
+        app_env = {
+            # One metrics folder per server, inside the unit's folder (gunicorn.conf.py empties it at start).
+            "PROMETHEUS_MULTIPROC_DIR": str(self.run_dir / "metrics"),
+            **self.env,
+            "GUNICORN_BIND": f"unix:{self.socket_path}",
+            "APP_SOCKET": str(self.socket_path),
+        }
+        command = [part.format(socket=self.socket_path) for part in self.app_command]
+        self.app = ServerProcess("app", command, app_env, self.log_path, self.supervised)
+        self.app.launch()
+        wait_until(self.socket_path.exists, self.app.process, 60, f"{self.name}: the app server's socket")
+        conf = render_nginx_conf(self.run_dir, f"unix:{self.socket_path}", self.listen, self.proxies)
+        nginx = [shutil.which("nginx") or "/usr/sbin/nginx", "-p", str(self.run_dir), "-c", str(conf)]
+        self.nginx = ServerProcess(
+            "nginx", [*nginx, "-g", "daemon off;"], dict(os.environ), self.log_path, self.supervised
+        )
+        self.nginx.launch()
+
+    def wait_ready(self, expect_health: int = 200, timeout: float = 60) -> None:
+        """Wait until /healthz through nginx answers `expect_health`; RuntimeError with the log if not."""
+
+        def ready() -> bool:
+            if not self.app.running():
+                raise RuntimeError(f"{self.name}: the app server exited ({self.app.process.returncode})")
+            return http_status(f"{self.url}/healthz") == expect_health
+
+        try:
+            wait_until(ready, self.nginx.process, timeout, f"{self.name} on {self.url}")
+        except RuntimeError as error:
+            raise RuntimeError(f"{error}\n{self.log()}") from None
+
+    def start(self, expect_health: int = 200, timeout: float = 60) -> "Unit":
+        """launch() and wait_ready(); on any failure, Ctrl-C included, stop what was started."""
+        try:
+            self.launch()
+            self.wait_ready(expect_health, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def reload(self) -> None:
+        """A graceful reload, for a new version: nginx re-reads its (re-rendered) config and the app
+        server starts new workers with the new code while the old ones finish their requests."""
+        render_nginx_conf(self.run_dir, f"unix:{self.socket_path}", self.listen, self.proxies)
+        self.app.send(signal.SIGHUP)
+        self.nginx.send(signal.SIGHUP)
+
+    def running(self) -> bool:
+        return bool(self.app and self.nginx and self.app.running() and self.nginx.running())
+
+    def stop(self) -> None:
+        """Graceful: nginx stops accepting and finishes what it holds (SIGQUIT), then the app server
+        finishes its requests (SIGTERM); the unit's folder goes."""
+        if self.nginx:
+            self.nginx.stop(timeout=40, sig=signal.SIGQUIT)
+        if self.app:
+            self.app.stop(timeout=40)
+        if self.run_dir:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def kill(self) -> None:
+        """SIGKILL every process of the unit at once, as a host dying would; start() brings it back."""
+        for server in (self.nginx, self.app):
+            for pid in [server.process.pid, *children(server.process.pid)]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            server.process.wait()
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def pids(self) -> list[int]:
+        """The processes whose CPU this unit's work costs (with their descendants): nginx's, the app's."""
+        return [self.nginx.process.pid, self.app.process.pid]
+
+    def worker_pids(self) -> list[int]:
+        """The app server's worker processes (multiprocessing's resource tracker is not one)."""
+        workers = []
+        for pid in children(self.app.process.pid):
+            try:
+                if b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    workers.append(pid)
+            except FileNotFoundError:
+                continue
+        return workers
+
+    def log(self) -> str:
+        return self.app.log() if self.app else ""
