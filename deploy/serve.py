@@ -5,7 +5,8 @@ Signals, as an operator or a process supervisor sends them:
   workers with the new code, and the old ones finish their requests first. Nothing is refused.
 - SIGTERM or SIGINT (Ctrl-C): a graceful stop: no new connections, the requests in flight are
   answered, then everything exits and the unit's temp folder is removed.
-- The terminal closing (SIGHUP while the terminal it started on is gone): a graceful stop.
+- The terminal it started on closing: a graceful stop (the kernel signals only make, the session's
+  leader, so the terminal is also watched).
 - SIGKILL: the servers get SIGTERM from the kernel (PR_SET_PDEATHSIG), so none is left running.
 """
 
@@ -48,6 +49,9 @@ def main() -> int:
         unit.start()
         say(f"serve: nginx on {unit.url}, the app server on {unit.socket_path} (pid {os.getpid()}: HUP reloads)")
         while "stop" not in asked:
+            if terminal_gone(started_on_terminal):
+                say("serve: the terminal has closed; stopping gracefully")
+                break
             if not unit.running():
                 say("serve: a server exited; stopping the other")
                 return 1

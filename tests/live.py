@@ -1,12 +1,17 @@
 """Live servers for the tests, started through deploy/ (production units, the cluster), and clients
 that load them: requests, many creates, a steady load."""
 
+import fcntl
 import http.client
 import json
 import os
 import shutil
+import signal
+import sqlite3
 import subprocess
+import sys
 import tempfile
+import termios
 import threading
 import time
 import urllib.error
@@ -16,7 +21,7 @@ from pathlib import Path
 from urllib.parse import quote, urlencode
 
 from deploy.cluster import DEPLOY, Cluster
-from deploy.processes import free_port, http_status, render, stop_process, wait_until
+from deploy.processes import ROOT, children, free_port, http_status, render, stop_process, wait_until
 from deploy.unit import Unit
 
 
@@ -54,10 +59,12 @@ def create_many(url: str, token: str, ids, name: str, threads: int = 8) -> list[
 
 class Load:
     """Clients creating unique plants (ids 1, 2, …) until stopped or `limit`, each waiting `pause`
-    seconds between its requests; remembers every answer."""
+    seconds between its requests, each waiting up to `timeout` seconds for its answer; remembers every answer."""
 
-    def __init__(self, url: str, token: str, clients: int = 6, limit: int = 100_000, pause: float = 0):
-        self.url, self.token, self.limit, self.pause = url, token, limit, pause
+    def __init__(
+        self, url: str, token: str, clients: int = 6, limit: int = 100_000, pause: float = 0, timeout: float = 10
+    ):
+        self.url, self.token, self.limit, self.pause, self.timeout = url, token, limit, pause, timeout
         # (id, status, content type, text, when the request was sent)
         self.answers: list[tuple[int, int | None, str, str, float]] = []
         self.stopped = threading.Event()
@@ -73,7 +80,9 @@ class Load:
     def run(self):
         while not self.stopped.is_set() and (plant_id := self.take_id()) is not None:
             sent = time.monotonic()
-            status, headers, text = request(self.url, {"id": plant_id, "name": f"load-{plant_id}"}, self.token)
+            status, headers, text = request(
+                self.url, {"id": plant_id, "name": f"load-{plant_id}"}, self.token, timeout=self.timeout
+            )
             content_type = headers.get("Content-Type", "") if headers else ""
             with self.lock:
                 self.answers.append((plant_id, status, content_type, text, sent))
@@ -194,3 +203,85 @@ class LivePrometheus:
     def stop(self) -> None:
         stop_process(self.process)
         shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+class MakeServe:
+    """`make serve` as an operator runs it, on a throwaway SQLite database in `work_dir`, in its own
+    session; `terminal` (a pty's slave fd) makes that terminal its controlling terminal."""
+
+    def __init__(self, work_dir: Path, terminal: int | None = None, **env: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.database = work_dir / "db.sqlite3"
+        self.log_path = work_dir / "serve.log"
+        self.terminal = terminal
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "GUNICORN_", "PLANTS_"))},
+            "DATABASE_URL": f"sqlite:///{self.database}",
+            "DJANGO_SECRET_KEY": "serve-test-secret-key-" + "x" * 40,
+            "DJANGO_STATIC_ROOT": str(work_dir / "static"),
+            "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
+            "PLANTS_THROTTLE_RATE": "",
+            "PORT": str(self.port),
+            "GUNICORN_WORKERS": "2",
+            **env,
+        }
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "MakeServe":
+        venv = Path(sys.executable).parent.parent
+        output = self.log_path.open("ab")
+        # -o: the venv is already set up; make must not try to reinstall it.
+        command = ["make", f"VENV={venv}", "-o", f"{venv}/.runtime", "serve"]
+        if self.terminal is None:
+            self.process = subprocess.Popen(
+                command, cwd=ROOT, env=self.env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        else:  # the terminal is stdin and stderr (what make serve's own messages go to), the log stdout
+            self.process = subprocess.Popen(
+                command,
+                cwd=ROOT,
+                env=self.env,
+                stdin=self.terminal,
+                stdout=output,
+                stderr=self.terminal,
+                start_new_session=True,
+                preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+            )
+        output.close()
+        if not wait_until_healthy(self.url, self.process, timeout=90):
+            self.stop()
+            raise RuntimeError(f"make serve did not come up:\n{self.log()}")
+        return self
+
+    def manage(self, *args: str) -> str:
+        command = [sys.executable, "manage.py", *args]
+        return subprocess.run(command, cwd=ROOT, env=self.env, check=True, capture_output=True, text=True).stdout
+
+    def token(self) -> str:
+        return self.manage("token", "issue", "serve-client").strip()
+
+    def descendants(self) -> list[int]:
+        """Every process make serve started, however deep: deploy/serve.py, nginx's, the app server's."""
+        found, pending = [], children(self.process.pid)
+        while pending:
+            pid = pending.pop()
+            found.append(pid)
+            pending.extend(children(pid))
+        return found
+
+    def pid_of(self, name: bytes) -> int:
+        """The first of make serve's processes whose command line contains `name`."""
+        return next(pid for pid in self.descendants() if name in Path(f"/proc/{pid}/cmdline").read_bytes())
+
+    def stored_ids(self) -> set[int]:
+        with sqlite3.connect(self.database) as connection:
+            return {row[0] for row in connection.execute("SELECT id FROM plants_plant")}
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            self.process.wait(timeout=60)

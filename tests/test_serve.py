@@ -1,62 +1,136 @@
-"""`make serve`, the production path: migrate, collectstatic, nginx in front of gunicorn, debug off."""
+"""`make serve`, the production path: migrate, collectstatic, one production unit (nginx in front of
+the app server), debug off; and what its signals do: reload without a failed request, stop leaving
+nothing behind."""
 
+import json
 import os
+import pty
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from deploy.processes import ROOT, free_port
-from tests.live import request, wait_until_healthy
+from tests.live import Load, MakeServe, request
 
-VENV = Path(sys.executable).parent.parent
+pytestmark = pytest.mark.live
 
 
 @pytest.fixture
 def served(tmp_path):
-    port = free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("DJANGO_")},
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
-        "DJANGO_SECRET_KEY": "serve-test-secret-key-" + "x" * 40,
-        "DJANGO_STATIC_ROOT": str(tmp_path / "static"),
-        "PORT": str(port),
-        "GUNICORN_WORKERS": "1",
-    }
-    log = (tmp_path / "serve.log").open("w+")
-    # -o: the venv is already set up; make must not try to reinstall it.
-    process = subprocess.Popen(
-        ["make", f"VENV={VENV}", "-o", f"{VENV}/.runtime", "serve"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    if not wait_until_healthy(url, process, timeout=90):
-        log.seek(0)
-        pytest.fail(f"make serve did not come up:\n{log.read()}")
-    yield url, log
-    os.killpg(process.pid, signal.SIGTERM)
-    process.wait(timeout=30)
+    server = MakeServe(tmp_path).start()
+    yield server
+    server.stop()
+
+
+def wait_for_exit(pids: list[int], timeout: float = 45) -> list[int]:
+    """The pids among `pids` still running after up to `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while (alive := [pid for pid in pids if Path(f"/proc/{pid}").exists() and not zombie(pid)]) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.1)
+    return alive
+
+
+def zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return False
+
+
+def unit_folder(server: MakeServe) -> Path:
+    """The unit's temp folder, named in nginx's command line (-p)."""
+    cmdline = Path(f"/proc/{server.pid_of(b'nginx: master')}/cmdline").read_bytes().decode()
+    return Path(cmdline.split("-p ")[1].split(" ")[0])
 
 
 def test_make_serve_migrates_collects_static_and_serves_through_nginx_with_one_log_line_each(served):
-    url, log = served
-
-    health = request(f"{url}/healthz")
-    admin_css = request(f"{url}/static/admin/css/base.css")
-    unknown = request(f"{url}/no-such-page")
+    health = request(f"{served.url}/healthz")
+    admin_css = request(f"{served.url}/static/admin/css/base.css")
+    unknown = request(f"{served.url}/no-such-page")
 
     assert (health[0], health[2], health[1]["Server"]) == (200, '{"status": "ok"}', "nginx")
     assert (admin_css[0], admin_css[1]["Content-Type"].split(";")[0]) == (200, "text/css")
     assert (unknown[0], unknown[1]["Content-Type"]) == (404, "application/json")
     time.sleep(0.5)
-    log.seek(0)
-    output = log.read()
+    output = served.log()
     assert "manage.py migrate" in output
     assert output.count("/no-such-page") == 1  # the app's request log line; gunicorn's access log is off
+
+
+def test_sighup_reloads_with_new_workers_under_load_without_a_failed_request(served):
+    token = served.token()
+    old_workers = set(served.descendants())
+
+    # A request waits while the new workers boot (seconds, on a busy machine): slow, never failed.
+    with Load(f"{served.url}/plants", token, clients=4, limit=3000, timeout=30) as load:
+        load.wait_for(100)
+        os.kill(served.pid_of(b"deploy/serve.py"), signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while "Booting worker" not in served.log().split("reloading", 1)[-1] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        answered_at_reload = len(load.answers)
+        load.wait_for(answered_at_reload + 300, timeout=60)
+
+    assert "reloading" in served.log()
+    assert len(load.answers) >= answered_at_reload + 300
+    assert [(status, text) for _, status, _, text, _ in load.answers if status != 200] == []
+    assert load.ids_with(200) <= served.stored_ids()
+    workers = set(served.descendants())
+    gunicorn_master = served.pid_of(b"gunicorn")
+    new_workers = {pid for pid in workers if Path(f"/proc/{pid}/stat").exists() and pid not in old_workers}
+    assert gunicorn_master in old_workers  # the same server, its socket kept
+    assert len(new_workers) >= 2, served.log()  # every worker replaced: the new code is loaded by them
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT"])
+def test_sigterm_or_ctrl_c_stops_gracefully_and_leaves_nothing_running(tmp_path, how):
+    server = MakeServe(tmp_path).start()
+    processes, folder = server.descendants(), unit_folder(server)
+
+    os.kill(server.pid_of(b"deploy/serve.py"), getattr(signal, how))
+
+    assert server.process.wait(timeout=60) == 0
+    assert wait_for_exit(processes) == []
+    assert not folder.exists()
+    assert "serve: stopping gracefully" in server.log()
+
+
+def test_a_closed_terminal_stops_make_serve_and_leaves_nothing_running(tmp_path):
+    terminal, seat = pty.openpty()
+    server = MakeServe(tmp_path, terminal=seat).start()
+    os.close(seat)
+    processes, folder = server.descendants(), unit_folder(server)
+
+    os.close(terminal)  # the terminal window closes: the kernel sends SIGHUP to its foreground
+
+    server.process.wait(timeout=60)
+    assert wait_for_exit(processes) == [], server.log()
+    assert not folder.exists()
+
+
+def test_a_killed_supervisor_takes_its_servers_with_it(tmp_path):
+    server = MakeServe(tmp_path).start()
+    supervisor = server.pid_of(b"deploy/serve.py")
+    servers = [pid for pid in server.descendants() if pid != supervisor]
+
+    os.kill(supervisor, signal.SIGKILL)
+
+    assert wait_for_exit(servers) == []
+    server.stop()
+
+
+def test_request_in_flight_at_sigterm_is_answered(served):
+    token = served.token()
+    with Load(f"{served.url}/plants", token, clients=4, limit=2000, timeout=30) as load:
+        load.wait_for(100)
+        os.kill(served.pid_of(b"deploy/serve.py"), signal.SIGTERM)
+        served.process.wait(timeout=60)
+
+    # Every request either got its answer or found no server listening; none was cut off.
+    cut_off = [(status, text) for _, status, _, text, _ in load.answers if status not in (200, None)]
+    assert cut_off == []
+    assert load.ids_with(200) <= served.stored_ids()
+    assert json.loads(load.answers[0][3])["id"] == load.answers[0][0]
