@@ -263,12 +263,7 @@ class MakeServe:
 
     def descendants(self) -> list[int]:
         """Every process make serve started, however deep: deploy/serve.py, nginx's, the app server's."""
-        found, pending = [], children(self.process.pid)
-        while pending:
-            pid = pending.pop()
-            found.append(pid)
-            pending.extend(children(pid))
-        return found
+        return descendants(self.process.pid)
 
     def pid_of(self, name: bytes) -> int:
         """The first of make serve's processes whose command line contains `name`."""
@@ -285,3 +280,30 @@ class MakeServe:
         if self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGTERM)
             self.process.wait(timeout=60)
+
+
+def wait_for_exit(pids: list[int], timeout: float = 45) -> list[int]:
+    """The pids among `pids` still running after up to `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while (alive := [pid for pid in pids if Path(f"/proc/{pid}").exists() and not zombie(pid)]) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.1)
+    return alive
+
+
+def zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return False
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process `pid` started, however deep, that is still there."""
+    found, pending = [], children(pid)
+    while pending:
+        child = pending.pop()
+        found.append(child)
+        pending.extend(children(child))
+    return found

@@ -5,18 +5,21 @@ issues its own token, so the throttle quota of one does not touch another.
 """
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from django.db import connection
 
 from deploy.cluster import Cluster
-from deploy.processes import ROOT
+from deploy.processes import ROOT, free_port
 from plants.models import Plant
-from tests.live import Load, create_many, live_cluster, request
+from tests.live import Load, create_many, descendants, live_cluster, request, wait_for_exit, wait_until_healthy
 
 pytestmark = [pytest.mark.postgres, pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
@@ -151,3 +154,60 @@ def test_pgbouncer_restart_answers_503_at_most_then_recovers(cluster, token):
     # Back within HAProxy's two passing health checks and Django's reconnection.
     late = [status for _, status, _, _, sent in load.answers if sent > restarted_at + 5]
     assert len(late) >= 20 and set(late) == {200}
+
+
+def test_rolling_restart_under_load_fails_no_request_and_loses_no_create(cluster, token):
+    old_workers = {unit.name: set(unit.worker_pids()) for unit in cluster.units}
+
+    with Load(f"{cluster.url}/plants", token, clients=4, pause=0.05, timeout=30) as load:
+        load.wait_for(30)
+        cluster.rolling_restart()
+        restarted_at = len(load.answers)
+        load.wait_for(restarted_at + 30)
+
+    assert len(load.answers) >= restarted_at + 30
+    assert [(status, text) for _, status, _, text, _ in load.answers if status != 200] == []
+    assert load.ids_with(200) <= stored_ids()
+    for unit in cluster.units:  # every unit runs new processes: the new version
+        assert unit.worker_pids() and not set(unit.worker_pids()) & old_workers[unit.name]
+
+
+def test_make_cluster_restarts_on_sighup_and_stops_on_sigterm_leaving_nothing_running(tmp_path):
+    venv = Path(sys.executable).parent.parent
+    port = free_port()
+    log = tmp_path / "cluster.log"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "DATABASE_"))}, "PORT": str(port)}
+    with log.open("wb") as output:
+        make = subprocess.Popen(
+            ["make", f"VENV={venv}", "-o", f"{venv}/.runtime", "cluster"],
+            cwd=ROOT,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        assert wait_until_healthy(f"http://127.0.0.1:{port}", make, timeout=120), log.read_text()
+        processes = descendants(make.pid)
+        # The Python process running scripts/cluster (not scripts/with-postgres, which names it too).
+        script = next(
+            pid
+            for pid in processes
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:2] == [b"scripts/cluster"]
+        )
+
+        os.kill(script, signal.SIGHUP)
+        deadline = time.monotonic() + 120
+        while "every unit restarted" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        health = request(f"http://127.0.0.1:{port}/healthz")
+        processes += descendants(make.pid)
+        os.kill(script, signal.SIGTERM)
+
+        assert make.wait(timeout=90) == 0, log.read_text()
+    finally:
+        if make.poll() is None:
+            os.killpg(make.pid, signal.SIGKILL)
+    assert "every unit restarted" in log.read_text()
+    assert (health[0], health[2]) == (200, '{"status": "ok"}')
+    assert wait_for_exit(processes) == []

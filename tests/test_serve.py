@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.live import Load, MakeServe, request
+from tests.live import Load, MakeServe, request, wait_for_exit
 
 pytestmark = pytest.mark.live
 
@@ -21,23 +21,6 @@ def served(tmp_path):
     server = MakeServe(tmp_path).start()
     yield server
     server.stop()
-
-
-def wait_for_exit(pids: list[int], timeout: float = 45) -> list[int]:
-    """The pids among `pids` still running after up to `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while (alive := [pid for pid in pids if Path(f"/proc/{pid}").exists() and not zombie(pid)]) and (
-        time.monotonic() < deadline
-    ):
-        time.sleep(0.1)
-    return alive
-
-
-def zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return False
 
 
 def unit_folder(server: MakeServe) -> Path:
