@@ -32,13 +32,13 @@ run: $(VENV)/.runtime ## set up .venv, migrate, and serve on 127.0.0.1:$PORT (de
 	@echo
 	DJANGO_DEBUG=1 $(PYTHON) manage.py runserver 127.0.0.1:$(PORT)
 
-serve: $(VENV)/.runtime ## production path: migrate, collectstatic, nginx in front of gunicorn (needs DJANGO_SECRET_KEY; DATABASE_URL)
+serve: $(VENV)/.runtime ## production path: migrate, collectstatic, one production unit: nginx in front of gunicorn (HUP reloads; needs DJANGO_SECRET_KEY; DATABASE_URL)
 	scripts/debian-packages nginx
 	$(PYTHON) manage.py migrate --no-input
 	$(PYTHON) manage.py collectstatic --no-input -v 0
 	exec $(PYTHON) deploy/serve.py
 
-cluster: $(VENV)/.runtime ## production's topology on one machine: HAProxy on $PORT, 2 gunicorns, PgBouncer, PostgreSQL, Redis (Ctrl-C stops all)
+cluster: $(VENV)/.runtime ## production's topology on one machine: HAProxy on $PORT, 2 production units (nginx, gunicorn), PgBouncer, PostgreSQL, Redis (HUP: rolling restart; Ctrl-C stops all)
 	scripts/debian-packages postgresql pgbouncer redis-server haproxy
 	PORT=$(PORT) scripts/with-postgres $(PYTHON) scripts/cluster
 
