@@ -43,6 +43,17 @@ def test_make_serve_migrates_collects_static_and_serves_through_nginx_with_one_l
     assert output.count("/no-such-page") == 1  # the app's request log line; gunicorn's access log is off
 
 
+def test_trace_is_refused_by_nginx_with_an_error_body_and_the_allowed_methods(served):
+    answers = [request(f"{served.url}{path}", method="TRACE") for path in ("/plants", "/healthz")]
+
+    assert [
+        (status, headers["Allow"], headers["Content-Type"], json.loads(text)) for status, headers, text in answers
+    ] == [
+        (405, allowed, "application/json", {"error": 40500, "message": "Method TRACE not allowed."})
+        for allowed in ("POST, OPTIONS", "GET, HEAD")
+    ]
+
+
 def test_sighup_reloads_with_new_workers_under_load_without_a_failed_request(served):
     token = served.token()
     old_workers = set(served.descendants())
