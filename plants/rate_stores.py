@@ -35,6 +35,13 @@ class RedisStore:
             raise StoreError(str(error)) from error
         return count
 
+    def ping(self) -> None:
+        """One PING: the readiness check's cheap proof that the store answers."""
+        try:
+            self.client.ping()
+        except redis.RedisError as error:
+            raise StoreError(str(error)) from error
+
 
 # One row per token: the start of its current window and the requests counted in it. A request
 # of a newer window restarts the count; one computed just before a window turned (a thread
@@ -47,6 +54,7 @@ ON CONFLICT (token_key) DO UPDATE SET
     count = CASE WHEN excluded.window_start > window_start THEN 1 ELSE count + 1 END,
     window_start = max(window_start, excluded.window_start)
 RETURNING count"""
+SQLITE_PING = "SELECT count FROM rate_counter LIMIT 1"
 
 
 class SQLiteStore:
@@ -77,6 +85,14 @@ class SQLiteStore:
             return self.connection().execute(SQLITE_INCREMENT, (token_key, window_start)).fetchone()[0]
         except (sqlite3.Error, OSError) as error:
             self.local.pid = None  # open afresh next time: the file may have been fixed or replaced
+            raise StoreError(str(error)) from error
+
+    def ping(self) -> None:
+        """Open the file (as a request would) and read from it: the readiness check."""
+        try:
+            self.connection().execute(SQLITE_PING).fetchone()
+        except (sqlite3.Error, OSError) as error:
+            self.local.pid = None
             raise StoreError(str(error)) from error
 
 
