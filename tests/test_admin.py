@@ -1,7 +1,12 @@
 """The Django admin: browsing plants, issuing and revoking tokens."""
 
+import http.client
 import re
+import subprocess
+import sys
 from datetime import timedelta
+from http.cookies import SimpleCookie
+from urllib.parse import urlencode
 
 import pytest
 from django.contrib.auth.models import User
@@ -13,6 +18,8 @@ from django.utils import timezone
 from plants.models import ApiToken, Plant
 from plants.services import token_issue
 from plants.tokens import token_digest
+from tests.live import ROOT
+from tests.test_edge import Served
 
 pytestmark = pytest.mark.django_db
 
@@ -282,3 +289,73 @@ def test_a_login_clears_only_that_users_failures_from_that_address(admins):
 
     # admin's four failures from this address still count: the fifth locks it.
     assert_locked_out(admin_login(client, "admin", "guess-4", "127.0.0.2"))
+
+
+class Browser:
+    """A browser on one loopback address (its connections' source), keeping its cookies."""
+
+    def __init__(self, port: int, address: str):
+        self.port, self.address, self.cookies = port, address, SimpleCookie()
+
+    def send(self, method: str, path: str, form: dict | None = None, headers: dict | None = None):
+        """(status, headers, text) of one request, on a new connection from this browser's address."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30, source_address=(self.address, 0))
+        origin = f"http://127.0.0.1:{self.port}"
+        sent = {"Host": f"127.0.0.1:{self.port}", "Accept": "text/html", **(headers or {})}
+        if self.cookies:
+            sent["Cookie"] = "; ".join(f"{name}={morsel.value}" for name, morsel in self.cookies.items())
+        body = None
+        if form is not None:
+            body = urlencode(form)
+            sent.update({"Content-Type": "application/x-www-form-urlencoded", "Origin": origin})
+        try:
+            conn.request(method, path, body, sent)
+            response = conn.getresponse()
+            text = response.read().decode()
+        finally:
+            conn.close()
+        for cookie in response.msg.get_all("Set-Cookie") or []:
+            self.cookies.load(cookie)
+        return response.status, response.msg, text
+
+    def log_in(self, username: str, password: str, headers: dict | None = None):
+        """GET the login page (CSRF cookie and token), then POST its form, as a person does."""
+        _, _, page = self.send("GET", "/admin/login/?next=/admin/")
+        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+        form = {"csrfmiddlewaretoken": csrf, "username": username, "password": password, "next": "/admin/"}
+        return self.send("POST", "/admin/login/?next=/admin/", form, headers)
+
+
+@pytest.mark.live
+def test_lockout_through_make_serve_locks_the_address_that_failed_not_the_user(tmp_path):
+    server = Served(tmp_path, DJANGO_SECURE_COOKIES="0").start()
+    try:
+        subprocess.run(
+            [sys.executable, "manage.py", "createsuperuser", "--no-input", "--username", "admin", "--email", "a@x.org"],
+            cwd=ROOT,
+            env={**server.env, "DJANGO_SUPERUSER_PASSWORD": "the-admin-password"},
+            check=True,
+            capture_output=True,
+        )
+        attacker = Browser(server.port, "127.0.0.2")
+        failures = [attacker.log_in("admin", f"guess-{n}")[0] for n in range(7)]
+        # Headers that claim another address change nothing: nginx names the client itself.
+        claims = {"X-Real-IP": "127.0.0.3", "X-Forwarded-For": "127.0.0.3"}
+        spoofing = attacker.log_in("admin", "the-admin-password", claims)
+        locked = attacker.log_in("admin", "the-admin-password")
+        admin = Browser(server.port, "127.0.0.3")
+        logged_in = admin.log_in("admin", "the-admin-password")
+        index = admin.send("GET", "/admin/")
+    finally:
+        server.stop()
+
+    assert failures == [200] * 4 + [429] * 3
+    for status, headers, text in (spoofing, locked):
+        assert (status, headers["Content-Type"], headers["Retry-After"]) == (429, "application/json", "900")
+        assert text == (
+            '{"error": 42900, "message": "Too many failed logins for this user from this address, '
+            'or from this address; try again in 15 minutes."}'
+        )
+    assert (logged_in[0], logged_in[1]["Location"]) == (302, "/admin/")
+    assert index[0] == 200
+    assert "Site administration" in index[2]
