@@ -2,6 +2,7 @@
 
 import os
 import time
+from pathlib import Path
 
 from prometheus_client import (
     CONTENT_TYPE_PLAIN_0_0_4,
@@ -12,6 +13,8 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
+
+from plants import metric_files
 
 # Under gunicorn every worker writes its samples to files in PROMETHEUS_MULTIPROC_DIR (one folder per
 # server, emptied at start by gunicorn.conf.py) and /metrics sums them; elsewhere (runserver, tests)
@@ -91,9 +94,13 @@ class RequestMetricsMiddleware:
 
 
 def exposition() -> bytes:
-    """Every metric in Prometheus' text format, summed over the server's worker processes."""
+    """Every metric in Prometheus' text format, summed over the server's worker processes, living or not."""
     if not MULTIPROCESS:
         return generate_latest(REGISTRY)
-    registry = CollectorRegistry()
-    multiprocess.MultiProcessCollector(registry)
-    return generate_latest(registry)
+    # Exited workers' files (recycled by max_requests, or killed) are folded into one archive set
+    # first, so the folder holds one set per living worker plus one, not one per worker ever started.
+    directory = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+    with metric_files.folded(directory):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry, path=str(directory))
+        return generate_latest(registry)

@@ -35,6 +35,13 @@ class RedisStore:
             raise StoreError(str(error)) from error
         return count
 
+    def ping(self) -> None:
+        """One PING: the readiness check's cheap proof that the store answers."""
+        try:
+            self.client.ping()
+        except redis.RedisError as error:
+            raise StoreError(str(error)) from error
+
 
 # One row per token: the start of its current window and the requests counted in it. A request
 # of a newer window restarts the count; one computed just before a window turned (a thread
@@ -47,6 +54,10 @@ ON CONFLICT (token_key) DO UPDATE SET
     count = CASE WHEN excluded.window_start > window_start THEN 1 ELSE count + 1 END,
     window_start = max(window_start, excluded.window_start)
 RETURNING count"""
+SQLITE_PING = "SELECT count FROM rate_counter LIMIT 1"
+# A row whose window ended a whole window ago is never counted again (the upsert above would
+# restart it): without this, the file keeps one row per token ever used.
+SQLITE_PRUNE = "DELETE FROM rate_counter WHERE window_start < ?"
 
 
 class SQLiteStore:
@@ -60,6 +71,9 @@ class SQLiteStore:
         self.directory = Path(directory) if directory else default_directory()
         self.path = self.directory / "rate-limits.sqlite3"
         self.local = threading.local()
+        # The newest window this process has pruned for: one DELETE per window per process, not
+        # per request. Threads share it; a race costs at most a second, harmless DELETE.
+        self.pruned_window = 0
 
     def connection(self) -> sqlite3.Connection:
         # One connection per thread and process: a connection must never cross a fork.
@@ -74,9 +88,21 @@ class SQLiteStore:
 
     def increment(self, token_key: str, window_start: int, window: int) -> int:
         try:
-            return self.connection().execute(SQLITE_INCREMENT, (token_key, window_start)).fetchone()[0]
+            connection = self.connection()
+            if window_start > self.pruned_window:
+                self.pruned_window = window_start
+                connection.execute(SQLITE_PRUNE, (window_start - window,))
+            return connection.execute(SQLITE_INCREMENT, (token_key, window_start)).fetchone()[0]
         except (sqlite3.Error, OSError) as error:
             self.local.pid = None  # open afresh next time: the file may have been fixed or replaced
+            raise StoreError(str(error)) from error
+
+    def ping(self) -> None:
+        """Open the file (as a request would) and read from it: the readiness check."""
+        try:
+            self.connection().execute(SQLITE_PING).fetchone()
+        except (sqlite3.Error, OSError) as error:
+            self.local.pid = None
             raise StoreError(str(error)) from error
 
 

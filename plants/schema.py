@@ -130,7 +130,7 @@ def finalize_schema(result, generator, request, public):
     for field in ("name", "tag"):
         schemas["NewPlant"]["properties"][field]["pattern"] = NON_BLANK_PATTERN
         schemas["NewPlant"]["properties"][field]["description"] += STRING_RULES
-    result["info"]["description"] += "\n\n## Error codes\n\n" + _catalog(*ErrorCode)
+    result["info"]["description"] += "\n\n## Error codes\n\n" + _catalog(*sorted(ErrorCode))
     # The contract applies bearerAuth to the whole interface: say it once, at the top level.
     result["security"] = [{"bearerAuth": []}]
     for operations in result["paths"].values():

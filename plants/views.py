@@ -3,7 +3,6 @@
 import hmac
 
 from django.conf import settings
-from django.db import DatabaseError, connection
 from django.http import HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import mixins, status, viewsets
@@ -13,6 +12,7 @@ from rest_framework.response import Response
 from plants import metrics as service_metrics
 from plants.exceptions import ErrorCode, LengthRequired, MalformedBody, error_response
 from plants.negotiation import request_media_type
+from plants.readiness import unready_dependencies
 from plants.schema import create_plant_schema
 from plants.serializers import NewPlantSerializer, plant_representation
 from plants.services import plant_create
@@ -55,14 +55,21 @@ def read_json_object(request) -> dict:
 
 @csrf_exempt  # no cookies, no side effects: every method other than GET and HEAD is a plain 405
 def health(request):
-    """GET /healthz: 200 when the database answers a query, 503 with an Error body when not."""
+    """GET /healthz, readiness: 200 when the database and the rate-limit store answer, else 503 naming which not."""
     if request.method not in ("GET", "HEAD"):
         return read_only(request)
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-    except DatabaseError:
-        return error_response(ErrorCode.SERVICE_UNAVAILABLE, "The database does not answer.", 503)
+    if unready := unready_dependencies():
+        names = " and the ".join(unready)
+        verb = "does" if len(unready) == 1 else "do"
+        return error_response(ErrorCode.SERVICE_UNAVAILABLE, f"The {names} {verb} not answer.", 503)
+    return JsonResponse({"status": "ok"})
+
+
+@csrf_exempt  # as /healthz: a plain 405 for other methods, never a CSRF 403
+def liveness(request):
+    """GET /livez, liveness: 200 while this process answers at all; no dependency is asked."""
+    if request.method not in ("GET", "HEAD"):
+        return read_only(request)
     return JsonResponse({"status": "ok"})
 
 
@@ -116,20 +123,23 @@ def server_error(request):
 
 
 def client_ip(request) -> str | None:
-    """The client's address, for the admin's login throttle.
+    """The client's address, for the admin's login lockout: the one place that names the client.
 
-    Behind make serve's nginx, gunicorn listens on a unix socket (REMOTE_ADDR empty) and nginx
-    sets X-Real-IP, replacing any the client sent; on TCP, the peer's address.
+    Over TCP, the peer's address (REMOTE_ADDR). Behind make serve's nginx the app server listens
+    on a unix socket (no REMOTE_ADDR) and nginx sets X-Real-IP to its $remote_addr, replacing any
+    the client sent; nginx takes that address from X-Forwarded-For only on connections from
+    PLANTS_TRUSTED_PROXIES (deploy/), so no client can name itself.
     """
     return request.META.get("REMOTE_ADDR") or request.META.get("HTTP_X_REAL_IP") or None
 
 
 def login_locked_out(request, credentials, *args, **kwargs):
-    """django-axes' answer once a user name or an address has too many failed admin logins."""
+    """django-axes' answer once a (user name, address) pair or an address has too many failed admin logins."""
     seconds = int(settings.AXES_COOLOFF_TIME.total_seconds())
     response = error_response(
         ErrorCode.THROTTLED,
-        f"Too many failed logins for this user or from this address; try again in {seconds // 60} minutes.",
+        "Too many failed logins for this user from this address, or from this address; "
+        f"try again in {seconds // 60} minutes.",
         429,
     )
     response["Retry-After"] = str(seconds)

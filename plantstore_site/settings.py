@@ -76,12 +76,22 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",  # last, as django-axes requires
 ]
 
-# Admin logins: django-axes counts failures per user name and per client address (each on its
-# own), in the database so every worker and server shares them, and refuses both for a while.
+# Admin logins: django-axes counts failures per (user name, client address) and per client address,
+# in the database so every worker and server shares them, and refuses that pair, or that client,
+# for a while: never a user name for everyone (anyone could lock the operators out). A client's
+# limit is higher than a pair's: it catches one client guessing across many names, while an
+# office behind one NAT address that mistypes a few passwords is not locked out whole.
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_HANDLER = "plants.login_lockout.PairAndClientLockoutHandler"
 AXES_FAILURE_LIMIT = env_int("PLANTS_ADMIN_LOGIN_FAILURES", 5)
+PLANTS_ADMIN_CLIENT_LOGIN_FAILURES = env_int("PLANTS_ADMIN_CLIENT_LOGIN_FAILURES", 20)
+if not 1 <= AXES_FAILURE_LIMIT <= PLANTS_ADMIN_CLIENT_LOGIN_FAILURES:
+    raise ImproperlyConfigured(
+        "PLANTS_ADMIN_LOGIN_FAILURES must be at least 1, and PLANTS_ADMIN_CLIENT_LOGIN_FAILURES at least as "
+        f"large (not {AXES_FAILURE_LIMIT} and {PLANTS_ADMIN_CLIENT_LOGIN_FAILURES})."
+    )
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("PLANTS_ADMIN_LOCKOUT_MINUTES", 15))
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]  # in this order: see the handler
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "plants.views.client_ip"
 AXES_LOCKOUT_CALLABLE = "plants.views.login_locked_out"

@@ -1,11 +1,11 @@
-"""URLs: the API at /plants, health, metrics, the OpenAPI schema and docs, and the admin."""
+"""URLs: the API at /plants, readiness and liveness, metrics, the OpenAPI schema and docs, and the admin."""
 
 from django.contrib import admin
 from django.urls import path
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView, SpectacularYAMLAPIView
 from rest_framework.routers import SimpleRouter
 
-from plants.views import PlantViewSet, health, metrics
+from plants.views import PlantViewSet, health, liveness, metrics
 
 router = SimpleRouter(trailing_slash=False)
 router.register("plants", PlantViewSet, basename="plant")
@@ -13,6 +13,7 @@ router.register("plants", PlantViewSet, basename="plant")
 urlpatterns = [
     *router.urls,
     path("healthz", health, name="health"),
+    path("livez", liveness, name="liveness"),
     path("metrics", metrics, name="metrics"),
     path("openapi.json", SpectacularJSONAPIView.as_view(), name="schema-json"),
     path("openapi.yaml", SpectacularYAMLAPIView.as_view(), name="schema-yaml"),

@@ -155,6 +155,12 @@ MUTANTS = [
     ("plants/parsers.py", "    if len(result) != len(pairs):", "    if False:", "duplicate keys silently last-wins"),
     (
         "plants/parsers.py",
+        "duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))",
+        "duplicate = pairs[0][0]",
+        "the refusal names the object's first key, not the duplicate",
+    ),
+    (
+        "plants/parsers.py",
         "nesting_depth(text) > MAX_DEPTH:",
         "nesting_depth(text) > MAX_DEPTH * 40:",
         "deep nesting reaches json's recursive decoder",

@@ -1,7 +1,12 @@
 """The Django admin: browsing plants, issuing and revoking tokens."""
 
+import http.client
 import re
+import subprocess
+import sys
 from datetime import timedelta
+from http.cookies import SimpleCookie
+from urllib.parse import urlencode
 
 import pytest
 from django.contrib.auth.models import User
@@ -13,6 +18,7 @@ from django.utils import timezone
 from plants.models import ApiToken, Plant
 from plants.services import token_issue
 from plants.tokens import token_digest
+from tests.live import ROOT, MakeServe
 
 pytestmark = pytest.mark.django_db
 
@@ -209,16 +215,25 @@ def test_token_list_refuses_any_filter_on_the_digest(admin_client):
 
 
 def admin_login(client: Client, username: str, password: str, address: str = "10.0.0.1"):
+    """Log in as a browser does: GET the form (the CSRF cookie and token), then POST it."""
     client.get("/admin/login/", REMOTE_ADDR=address)
     form = {"username": username, "password": password, "csrfmiddlewaretoken": client.cookies["csrftoken"].value}
     return client.post("/admin/login/?next=/admin/", form, REMOTE_ADDR=address)
 
 
+def fresh_login(username: str, password: str, address: str):
+    """A new browser's login from `address`: (status, whether it is logged in)."""
+    client = Client(enforce_csrf_checks=True)
+    response = admin_login(client, username, password, address)
+    return response.status_code, "_auth_user_id" in client.session
+
+
 @pytest.fixture
-def operator(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    settings.AXES_FAILURE_LIMIT = 3
-    return User.objects.create_superuser("operator", "op@example.com", "the-right-password")
+def admins(settings):
+    """Two admins, and the production limits: 5 failures for a (name, address), 20 for an address."""
+    assert (settings.AXES_FAILURE_LIMIT, settings.PLANTS_ADMIN_CLIENT_LOGIN_FAILURES) == (5, 20)
+    User.objects.create_superuser("admin", "admin@example.com", "the-admin-password")
+    User.objects.create_superuser("operator", "op@example.com", "the-operator-password")
 
 
 def assert_locked_out(response):
@@ -226,29 +241,120 @@ def assert_locked_out(response):
     assert response["Retry-After"] == "900"
     assert response.json() == {
         "error": 42900,
-        "message": "Too many failed logins for this user or from this address; try again in 15 minutes.",
+        "message": "Too many failed logins for this user from this address, or from this address; "
+        "try again in 15 minutes.",
     }
 
 
-def test_admin_login_locks_a_user_name_after_failures_from_any_address(operator):
+def fail_seven_times_as_admin_from(address: str) -> list[int]:
     client = Client(enforce_csrf_checks=True)
-    for attempt in range(2):
-        assert admin_login(client, "operator", f"guess-{attempt}", address=f"10.0.0.{attempt}").status_code == 200
-    assert_locked_out(admin_login(client, "operator", "guess-2", address="10.0.0.2"))  # the 3rd failure
+    return [admin_login(client, "admin", f"guess-{n}", address).status_code for n in range(7)]
 
-    # Even the right password, from a fresh address, is refused while the user is locked.
-    assert_locked_out(admin_login(client, "operator", "the-right-password", address="10.9.9.9"))
+
+def test_failures_for_a_user_from_one_address_do_not_lock_that_user_out_from_another(admins):
+    assert fail_seven_times_as_admin_from("127.0.0.2") == [200] * 4 + [429] * 3
+
+    assert fresh_login("admin", "the-admin-password", "127.0.0.3") == (302, True)
+
+
+def test_failures_for_a_user_lock_that_user_out_from_that_address_even_with_the_right_password(admins):
+    fail_seven_times_as_admin_from("127.0.0.2")
+    client = Client(enforce_csrf_checks=True)
+
+    assert_locked_out(admin_login(client, "admin", "the-admin-password", "127.0.0.2"))
     assert "_auth_user_id" not in client.session
 
 
-def test_admin_login_locks_an_address_after_failures_on_any_user_names(operator):
-    client = Client(enforce_csrf_checks=True)
-    for attempt in range(2):
-        assert admin_login(client, f"nobody-{attempt}", "guess", address="10.0.0.7").status_code == 200
-    assert_locked_out(admin_login(client, "nobody-2", "guess", address="10.0.0.7"))
+def test_a_user_locked_out_from_an_address_leaves_the_other_users_of_that_address(admins):
+    fail_seven_times_as_admin_from("127.0.0.2")
 
-    assert_locked_out(admin_login(client, "operator", "the-right-password", address="10.0.0.7"))
-    # Another address may still log in as the operator.
-    assert (
-        admin_login(Client(enforce_csrf_checks=True), "operator", "the-right-password", "10.0.0.8").status_code == 302
-    )
+    assert fresh_login("operator", "the-operator-password", "127.0.0.2") == (302, True)
+
+
+def test_an_address_failing_on_many_user_names_is_locked_out_for_every_name(admins):
+    client = Client(enforce_csrf_checks=True)
+    statuses = [admin_login(client, f"nobody-{n}", "guess", "127.0.0.7").status_code for n in range(20)]
+
+    assert statuses == [200] * 19 + [429]  # one failure per name: only the address's limit applies
+    assert_locked_out(admin_login(client, "admin", "the-admin-password", "127.0.0.7"))
+    assert fresh_login("admin", "the-admin-password", "127.0.0.8") == (302, True)
+
+
+def test_a_login_clears_only_that_users_failures_from_that_address(admins):
+    client = Client(enforce_csrf_checks=True)
+    assert [admin_login(client, "admin", f"guess-{n}", "127.0.0.2").status_code for n in range(4)] == [200] * 4
+
+    assert fresh_login("operator", "the-operator-password", "127.0.0.2") == (302, True)
+
+    # admin's four failures from this address still count: the fifth locks it.
+    assert_locked_out(admin_login(client, "admin", "guess-4", "127.0.0.2"))
+
+
+class Browser:
+    """A browser on one loopback address (its connections' source), keeping its cookies."""
+
+    def __init__(self, port: int, address: str):
+        self.port, self.address, self.cookies = port, address, SimpleCookie()
+
+    def send(self, method: str, path: str, form: dict | None = None, headers: dict | None = None):
+        """(status, headers, text) of one request, on a new connection from this browser's address."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30, source_address=(self.address, 0))
+        origin = f"http://127.0.0.1:{self.port}"
+        sent = {"Host": f"127.0.0.1:{self.port}", "Accept": "text/html", **(headers or {})}
+        if self.cookies:
+            sent["Cookie"] = "; ".join(f"{name}={morsel.value}" for name, morsel in self.cookies.items())
+        body = None
+        if form is not None:
+            body = urlencode(form)
+            sent.update({"Content-Type": "application/x-www-form-urlencoded", "Origin": origin})
+        try:
+            conn.request(method, path, body, sent)
+            response = conn.getresponse()
+            text = response.read().decode()
+        finally:
+            conn.close()
+        for cookie in response.msg.get_all("Set-Cookie") or []:
+            self.cookies.load(cookie)
+        return response.status, response.msg, text
+
+    def log_in(self, username: str, password: str, headers: dict | None = None):
+        """GET the login page (CSRF cookie and token), then POST its form, as a person does."""
+        _, _, page = self.send("GET", "/admin/login/?next=/admin/")
+        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+        form = {"csrfmiddlewaretoken": csrf, "username": username, "password": password, "next": "/admin/"}
+        return self.send("POST", "/admin/login/?next=/admin/", form, headers)
+
+
+@pytest.mark.live
+def test_lockout_through_make_serve_locks_the_address_that_failed_not_the_user(tmp_path):
+    server = MakeServe(tmp_path, DJANGO_SECURE_COOKIES="0").start()
+    try:
+        subprocess.run(
+            [sys.executable, "manage.py", "createsuperuser", "--no-input", "--username", "admin", "--email", "a@x.org"],
+            cwd=ROOT,
+            env={**server.env, "DJANGO_SUPERUSER_PASSWORD": "the-admin-password"},
+            check=True,
+            capture_output=True,
+        )
+        attacker = Browser(server.port, "127.0.0.2")
+        failures = [attacker.log_in("admin", f"guess-{n}")[0] for n in range(7)]
+        # Headers that claim another address change nothing: nginx names the client itself.
+        claims = {"X-Real-IP": "127.0.0.3", "X-Forwarded-For": "127.0.0.3"}
+        spoofing = attacker.log_in("admin", "the-admin-password", claims)
+        locked = attacker.log_in("admin", "the-admin-password")
+        admin = Browser(server.port, "127.0.0.3")
+        logged_in = admin.log_in("admin", "the-admin-password")
+        index = admin.send("GET", "/admin/")
+    finally:
+        server.stop()
+
+    assert failures == [200] * 4 + [429] * 3
+    for status, headers, text in (spoofing, locked):
+        assert (status, headers["Content-Type"], headers["Retry-After"]) == (429, "application/json", "900")
+        assert text == (
+            '{"error": 42900, "message": "Too many failed logins for this user from this address, '
+            'or from this address; try again in 15 minutes."}'
+        )
+    assert (logged_in[0], logged_in[1]["Location"]) == (302, "/admin/")
+    assert index[0] == 200
+    assert "Site administration" in index[2]

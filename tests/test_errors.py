@@ -35,6 +35,12 @@ def assert_error(response, status: int, code: int, message: str):
         ("", "The body is empty; send a NewPlant JSON object."),
         ('{"id": 1, "name": "a", "id": 2}', 'The body has the key "id" more than once.'),
         ('{"id": 1, "name": "Rose", "tag": {"a": 1, "a": 2}}', 'The body has the key "a" more than once.'),
+        # The duplicate neither first nor last: the refusal names it, not whichever key is at an end.
+        ('{"id": 1, "name": "a", "name": "b", "tag": "c"}', 'The body has the key "name" more than once.'),
+        (
+            '{"id": 1, "name": "Rose", "tag": {"a": 1, "b": 2, "b": 3, "c": 4}}',
+            'The body has the key "b" more than once.',
+        ),
         ("[" * 1000 + "]" * 1000, "The body nests arrays or objects more than 32 deep."),
         ('{"id": 1, "name": ' + "[" * 2000, "The body nests arrays or objects more than 32 deep."),
         (
@@ -54,6 +60,8 @@ def assert_error(response, status: int, code: int, message: str):
         "empty",
         "duplicate-key",
         "nested-duplicate-key",
+        "duplicate-key-in-the-middle",
+        "nested-duplicate-key-in-the-middle",
         "nested-1000-deep",
         "unclosed-2000-deep",
         "object-33-deep",

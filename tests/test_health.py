@@ -1,8 +1,9 @@
-"""GET /healthz: unauthenticated, 200 while the database answers, 503 with an Error body when not."""
+"""GET /healthz (readiness: the database and the rate-limit store answer) and GET /livez (liveness), unauthenticated."""
 
 import pytest
 from django.test import Client
 
+from deploy.processes import free_port
 from tests.live import live_unit, request
 
 
@@ -15,8 +16,17 @@ def test_health_returns_200_without_authentication():
 
 
 @pytest.mark.django_db
-def test_health_with_other_method_returns_405_with_allow():
-    response = Client().post("/healthz")
+def test_liveness_returns_200_without_authentication():
+    response = Client().get("/livez")
+
+    assert (response.status_code, response["Content-Type"]) == (200, "application/json")
+    assert response.json() == {"status": "ok"}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/healthz", "/livez"])
+def test_health_with_other_method_returns_405_with_allow(path):
+    response = Client().post(path)
 
     assert response.status_code == 405
     assert response["Allow"] == "GET, HEAD"
@@ -44,3 +54,53 @@ def test_health_post_is_405_even_with_csrf_checks_on():
 
     assert response.status_code == 405
     assert response.json() == {"error": 40500, "message": "Method POST not allowed."}
+
+
+def assert_unready(response, message: str):
+    assert (response.status_code, response["Content-Type"]) == (503, "application/json")
+    assert response.json() == {"error": 50300, "message": message}
+
+
+@pytest.mark.django_db
+def test_health_is_503_while_redis_is_stopped_and_liveness_stays_200(settings, redis_server):
+    settings.PLANTS_THROTTLE_RATE = "10/minute"
+    settings.REDIS_URL = redis_server.url
+    client = Client()
+    assert client.get("/healthz").json() == {"status": "ok"}
+
+    redis_server.stop()
+    assert_unready(client.get("/healthz"), "The rate-limit store does not answer.")
+    assert (client.get("/livez").status_code, client.get("/livez").json()) == (200, {"status": "ok"})
+
+    redis_server.start()  # the same port: the service's client reconnects by itself
+    response = client.get("/healthz")
+    assert (response.status_code, response.json()) == (200, {"status": "ok"})
+
+
+@pytest.mark.django_db
+def test_health_is_503_when_the_sqlite_rate_limit_file_cannot_be_opened(settings, tmp_path):
+    settings.PLANTS_THROTTLE_RATE = "10/minute"
+    settings.REDIS_URL = ""
+    settings.PLANTS_THROTTLE_DIR = str(tmp_path / "shared")
+    (tmp_path / "shared").mkdir(mode=0o777)
+    (tmp_path / "shared").chmod(0o777)  # writable by others: the store refuses it
+
+    assert_unready(Client().get("/healthz"), "The rate-limit store does not answer.")
+
+    (tmp_path / "shared").chmod(0o700)
+    assert Client().get("/healthz").json() == {"status": "ok"}
+
+
+def test_health_names_both_dependencies_when_neither_answers(tmp_path):
+    unreachable = f"postgres://nobody@{str(tmp_path / 'no-server').replace('/', '%2F')}/plantstore"
+    no_redis = f"redis://127.0.0.1:{free_port()}/0"
+    server = live_unit(tmp_path, DATABASE_URL=unreachable, REDIS_URL=no_redis, PLANTS_THROTTLE_RATE="10/minute")
+    server.start(expect_health=503)
+    try:
+        health, liveness = request(f"{server.url}/healthz"), request(f"{server.url}/livez")
+    finally:
+        server.stop()
+
+    assert health[0] == 503
+    assert health[2] == '{"error": 50300, "message": "The database and the rate-limit store do not answer."}'
+    assert (liveness[0], liveness[2]) == (200, '{"status": "ok"}')

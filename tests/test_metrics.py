@@ -1,6 +1,10 @@
 """/metrics: Prometheus' text behind its own token, counting requests, creates, refusals and errors."""
 
+import os
 import secrets
+import shutil
+import subprocess
+import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -8,10 +12,12 @@ from pathlib import Path
 import pytest
 from django.db import OperationalError, connection
 from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
 
+from plants import metric_files
 from plants.models import ApiToken
 from plants.services import token_issue, tokens_revoke
-from tests.live import LivePrometheus, create_many
+from tests.live import ROOT, LivePrometheus, create_many
 
 pytestmark = pytest.mark.django_db
 METRICS_TOKEN = "metrics-" + "k" * 40
@@ -194,7 +200,7 @@ def test_prometheus_scraping_a_two_worker_server_reports_the_requests_sent(produ
 
     assert reported == expected
     # Each worker wrote its own histogram file when it timed a request: both served, and were summed.
-    histogram_files = {path.name for path in Path(server.env["PROMETHEUS_MULTIPROC_DIR"]).glob("histogram_*.db")}
+    histogram_files = {path.name for path in Path(server.app.env["PROMETHEUS_MULTIPROC_DIR"]).glob("histogram_*.db")}
     assert {f"histogram_{pid}.db" for pid in server.worker_pids()} <= histogram_files
 
 
@@ -206,3 +212,107 @@ def wait_for_scrape(prometheus: LivePrometheus, expected: dict, timeout: float =
         if reported == expected or time.monotonic() > deadline:
             return reported
         time.sleep(0.5)
+
+
+# A worker process counting in the multiprocess folder: 3 creates and one timed request.
+WORKER = """
+from plants import metrics
+metrics.CREATE_OUTCOME["created"].inc(3)
+metrics.record_request("^plants$", "POST", 200, 0.02)
+print("counted", flush=True)
+import sys
+sys.stdin.read()  # stays alive until its stdin closes
+"""
+
+
+def start_worker(directory: Path) -> subprocess.Popen:
+    worker = subprocess.Popen(
+        [sys.executable, "-c", WORKER],
+        cwd=ROOT,
+        env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(directory)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert worker.stdout.readline() == "counted\n"
+    return worker
+
+
+def exit_worker(worker: subprocess.Popen) -> None:
+    worker.stdin.close()
+    assert worker.wait(timeout=10) == 0
+
+
+def scraped(api_client) -> dict[tuple, float]:
+    response = get_metrics(api_client, f"Bearer {METRICS_TOKEN}")
+    assert response.status_code == 200
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(response.content.decode())
+        for sample in family.samples
+    }
+
+
+def test_exited_workers_metric_files_are_folded_into_one_archive_with_the_same_totals(
+    api_client, settings, tmp_path, monkeypatch
+):
+    settings.PLANTS_METRICS_TOKEN = METRICS_TOKEN
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    monkeypatch.setattr("plants.metrics.MULTIPROCESS", True)
+    created = ("plants_creates_total", (("outcome", "created"),))
+    requests = ("plants_http_requests_total", (("method", "POST"), ("route", "/plants"), ("status", "200")))
+    under_25ms = (
+        "plants_http_request_duration_seconds_bucket",
+        (("le", "0.025"), ("method", "POST"), ("route", "/plants")),
+    )
+    exited, living = start_worker(tmp_path), start_worker(tmp_path)
+    exit_worker(exited)
+    unfolded = sorted(path.name for path in tmp_path.glob("*.db"))
+
+    first = scraped(api_client)
+
+    assert (first[created], first[requests], first[under_25ms]) == (6, 2, 2)
+    assert sorted(path.name for path in tmp_path.glob("*.db")) == sorted(
+        ["counter_archive.db", "histogram_archive.db", f"counter_{living.pid}.db", f"histogram_{living.pid}.db"]
+    )
+    assert f"counter_{exited.pid}.db" in unfolded
+    assert scraped(api_client) == first  # the archive is counted once, however often it is read
+
+    another = start_worker(tmp_path)
+    exit_worker(another)
+    exit_worker(living)
+    last = scraped(api_client)
+
+    assert (last[created], last[requests], last[under_25ms]) == (9, 3, 3)
+    assert sorted(path.name for path in tmp_path.glob("*.db")) == ["counter_archive.db", "histogram_archive.db"]
+
+
+def test_a_fold_cut_short_before_its_commit_is_discarded_and_one_cut_short_after_is_completed(
+    api_client, settings, tmp_path, monkeypatch
+):
+    settings.PLANTS_METRICS_TOKEN = METRICS_TOKEN
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    monkeypatch.setattr("plants.metrics.MULTIPROCESS", True)
+    created = ("plants_creates_total", (("outcome", "created"),))
+    first = start_worker(tmp_path)
+    exit_worker(first)
+    # A fold that died before its commit left a new archive behind: it must not count.
+    shutil.copy(tmp_path / f"counter_{first.pid}.db", tmp_path / "counter_archive.db.next")
+
+    assert scraped(api_client)[created] == 3
+    assert not list(tmp_path.glob("*.next"))
+
+    second = start_worker(tmp_path)
+    exit_worker(second)
+    # A fold that died right after its commit: the next reader finishes it.
+    with monkeypatch.context() as cut_short:
+        cut_short.setattr("plants.metric_files.finish_fold", lambda directory: None)
+        metric_files.fold_exited_workers(tmp_path)
+    assert (tmp_path / "fold.pending").exists()
+
+    assert scraped(api_client)[created] == 6
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "counter_archive.db",
+        "fold.lock",
+        "histogram_archive.db",
+    ]

@@ -10,6 +10,8 @@ from django.core.management import call_command
 from django.test import Client
 from openapi_spec_validator import validate
 
+from plants.exceptions import ErrorCode
+
 pytestmark = pytest.mark.django_db
 
 COMMITTED_SCHEMA = Path(__file__).resolve().parent.parent / "openapi.yaml"
@@ -126,3 +128,9 @@ def test_docs_page_renders_with_assets_served_by_the_service():
     for url in assets:
         assert client.get(url).status_code == 200, url
     assert "/openapi.json" in page
+
+
+def test_schema_description_lists_the_error_codes_in_numeric_order(schema):
+    listed = [int(code) for code in re.findall(r"^- `(\d+)` ", schema["info"]["description"], re.MULTILINE)]
+
+    assert listed == sorted(int(code) for code in ErrorCode)

@@ -50,6 +50,19 @@ def test_start_with_bad_throttle_rate_fails_naming_the_variable():
     assert "PLANTS_THROTTLE_RATE must look like 600/minute" in result.stderr
 
 
+@pytest.mark.parametrize(("per_user", "per_client"), [("0", "20"), ("6", "5")])
+def test_start_with_admin_login_limits_out_of_order_fails_naming_the_variables(per_user, per_client):
+    result = manage_check(
+        DJANGO_DEBUG="1", PLANTS_ADMIN_LOGIN_FAILURES=per_user, PLANTS_ADMIN_CLIENT_LOGIN_FAILURES=per_client
+    )
+
+    assert result.returncode != 0
+    assert (
+        "PLANTS_ADMIN_LOGIN_FAILURES must be at least 1, and PLANTS_ADMIN_CLIENT_LOGIN_FAILURES at least as "
+        f"large (not {per_user} and {per_client})."
+    ) in result.stderr
+
+
 def test_start_with_bad_debug_flag_fails_naming_the_variable():
     result = manage_check(DJANGO_DEBUG="maybe")
 

@@ -2,6 +2,7 @@
 
 import json
 import math
+import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -155,6 +156,35 @@ def test_unwritable_sqlite_store_fails_closed_with_503(settings, tmp_path, post_
     assert response.json()["error"] == 50300
     assert not Plant.objects.exists()
     assert "rate-limit store unavailable" in caplog.text
+
+
+def sqlite_rows(directory) -> list[tuple]:
+    with sqlite3.connect(directory / "rate-limits.sqlite3") as connection:
+        return connection.execute("SELECT token_key, window_start, count FROM rate_counter ORDER BY 2").fetchall()
+
+
+def test_sqlite_rows_of_windows_that_ended_long_ago_are_pruned_and_current_ones_kept(
+    settings, tmp_path, clock, post_plant, issued_token, api_client
+):
+    settings.PLANTS_THROTTLE_RATE = "3/hour"
+    settings.REDIS_URL = ""
+    settings.PLANTS_THROTTLE_DIR = str(tmp_path)
+    other, other_secret = token_issue(name="other-client")
+
+    def post_as_other(plant_id: int) -> int:
+        body = {"id": plant_id, "name": "Fern"}
+        headers = {"HTTP_AUTHORIZATION": f"Bearer {other_secret}"}
+        return api_client.post("/plants", body, format="json", **headers).status_code
+
+    assert post_plant({"id": 1, "name": "Rose"}).status_code == 200
+    clock.now += HOUR
+    assert post_as_other(2) == 200
+    # The window just ended is kept (a request computed just before it turned may still count in it).
+    assert sqlite_rows(tmp_path) == [(issued_token[0].digest, WINDOW_START, 1), (other.digest, WINDOW_START + HOUR, 1)]
+
+    clock.now += HOUR
+    assert post_as_other(3) == 200
+    assert sqlite_rows(tmp_path) == [(other.digest, WINDOW_START + 2 * HOUR, 1)]
 
 
 @pytest.mark.parametrize(
