@@ -76,7 +76,13 @@ $(VENV)/peers/.installed: bench/peers/requirements.txt | $(VENV)/.runtime
 	$(VENV)/peers/bin/pip install --quiet --disable-pip-version-check -r bench/peers/requirements.txt
 	touch $@
 
-bench: $(VENV)/.dev $(VENV)/peers/.installed ## benchmark POST /plants beside a bare Django view and a FastAPI peer (wrk, PostgreSQL), and the rate-limit stores; writes BENCHMARKS.md
+# The Django peers (DRF, django-ninja) have theirs too: the service's runtime pins plus django-ninja and pydantic.
+$(VENV)/django-peers/.installed: requirements.txt bench/peers/requirements-django.txt | $(VENV)/.runtime
+	python3 -m venv $(VENV)/django-peers
+	$(VENV)/django-peers/bin/pip install --quiet --disable-pip-version-check -r bench/peers/requirements-django.txt
+	touch $@
+
+bench: $(VENV)/.dev $(VENV)/peers/.installed $(VENV)/django-peers/.installed ## benchmark POST /plants beside a bare Django view, DRF and django-ninja peers and a FastAPI peer (wrk, PostgreSQL), and the rate-limit stores; writes BENCHMARKS.md
 	scripts/debian-packages postgresql wrk redis-server nginx
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
 		scripts/with-postgres $(PYTHON) -m bench.run

@@ -29,9 +29,9 @@ from bench.servers import (
     PEER_WORKERS,
     granian_service,
     gunicorn_behind_nginx,
-    uvicorn_behind_nginx,
     uvicorn_peer,
 )
+from bench.stack import UPSTREAM_IDLE_S, django_peer_behind_nginx, fastapi_behind_nginx_keepalive
 from tests.live import ROOT, LiveGunicorn, LiveServer
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 7))
@@ -45,7 +45,9 @@ TARGETS = {
     "granian": ("granian", "/plants", "the same service under granian"),
     "bare": ("gunicorn", "/bench/bare-plants", "bare Django view"),
     "fastapi": ("uvicorn", "/plants", "FastAPI peer"),
-    "fastapi_nginx": ("nginx-uvicorn", "/plants", "FastAPI peer behind nginx"),
+    "fastapi_nginx": ("nginx-uvicorn-keepalive", "/plants", "FastAPI peer behind nginx (upstream keep-alive)"),
+    "drf_nginx": ("nginx-drf", "/plants", "DRF peer behind nginx (the service's gunicorn settings)"),
+    "ninja_nginx": ("nginx-ninja", "/plants", "django-ninja peer behind nginx (the service's gunicorn settings)"),
 }
 LOG_DIR = Path(os.environ.get("TMPDIR", "/tmp"))
 # Each wrk run takes its own block of ids (bench/create.lua adds 10**9 per wrk thread), so no two
@@ -169,7 +171,12 @@ def main() -> None:
         servers["granian"] = granian_service(LOG_DIR, **ENV).start()
         servers["uvicorn"] = uvicorn_peer(LOG_DIR).start()
         servers["nginx-gunicorn"] = gunicorn_behind_nginx(LOG_DIR, **GUNICORN_ENV).start()
-        servers["nginx-uvicorn"] = uvicorn_behind_nginx(LOG_DIR).start()
+        servers["nginx-uvicorn-keepalive"] = fastapi_behind_nginx_keepalive(LOG_DIR).start()
+        for peer in ("drf", "ninja"):
+            module = f"bench.peers.{peer}_peer"
+            servers[f"nginx-{peer}"] = django_peer_behind_nginx(
+                f"nginx-{peer}", module, LOG_DIR, **GUNICORN_ENV
+            ).start()
         rounds = run_rounds(servers, token)
         peak_rss = {name: worker_peak_rss_mib(server) for name, server in servers.items()}
     finally:
@@ -267,7 +274,11 @@ def report(rounds: dict, peak_rss: dict) -> None:
     ]
     summary = [
         f"**Throughput ratio service ÷ FastAPI peer: {ratio(rounds, 'service', 'fastapi'):.2f} direct, "
-        f"{ratio(rounds, 'service_nginx', 'fastapi_nginx'):.2f} both behind nginx** (target ≥ 1.00); "
+        f"{ratio(rounds, 'service_nginx', 'fastapi_nginx'):.2f} both behind nginx, the peer with upstream "
+        f"keep-alive** (target ≥ 0.6; p99 {figures['service_nginx']['p99_ms']:.1f} ms against the peer's "
+        f"{figures['fastapi_nginx']['p99_ms']:.1f} ms, target ≤ 2 ×); "
+        f"**service ÷ DRF peer {ratio(rounds, 'service_nginx', 'drf_nginx'):.2f}, service ÷ django-ninja peer "
+        f"{ratio(rounds, 'service_nginx', 'ninja_nginx'):.2f}**, all behind nginx (target ≥ 1.5); "
         f"the service under granian ÷ the peer direct: {ratio(rounds, 'granian', 'fastapi'):.2f}; "
         f"**service ÷ bare view: {ratio(rounds, 'service', 'bare'):.2f}** (target ≥ 0.70). Each is the median of "
         "the rounds' ratios: the machine is shared, so absolute figures drift between rounds, and a ratio "
@@ -290,8 +301,16 @@ def report(rounds: dict, peak_rss: dict) -> None:
         f"- FastAPI peer: `bench/peers/fastapi_app.py` (FastAPI, strict pydantic v2, asyncpg), uvicorn with "
         f"{PEER_WORKERS} workers, uvloop and httptools, access log on; pins in `bench/peers/requirements.txt`",
         "- Behind nginx: `deploy/nginx.conf` as `make serve` renders it (1 worker, requests and answers "
-        "buffered, a new upstream connection per request), in front of the service's gunicorn or the peer's "
-        "uvicorn, each on a unix socket in nginx's folder; their CPU counts nginx's",
+        "buffered, a new upstream connection per request), in front of the service's gunicorn and the Django "
+        "peers' (each on a unix socket in nginx's folder); in front of the FastAPI peer's uvicorn, the same file "
+        f"with upstream keep-alive (`keepalive 32; keepalive_timeout {UPSTREAM_IDLE_S}s;`, `proxy_http_version "
+        "1.1;`; uvicorn's idle timeout 5 s is above nginx's), as nginx's users configure it (bench/stack.py); "
+        "their CPU counts nginx's",
+        "- Django peers: `bench/peers/drf_peer` (ModelSerializer, a bearer-token authentication class reading "
+        "the token row through the ORM by its SHA-256 digest, revoked and expired refused, a create-only "
+        "viewset) and `bench/peers/ninja_peer` (a pydantic Schema, HttpBearer), startproject's apps and "
+        "middleware, CONN_MAX_AGE 60, no request log; the same gunicorn.conf.py, workers and threads as the "
+        "service, from their own venv (`.venv/django-peers`, pins in `bench/peers/requirements-django.txt`)",
         "- Database: a throwaway PostgreSQL on 127.0.0.1 (TCP), fsync off, pg_stat_statements loaded",
         f"- Load: `wrk -t{WRK_THREADS} -c{CONNECTIONS} -d{SECONDS}s -s bench/create.lua`, on the same machine; "
         f"{ROUNDS} rounds, each running all {len(TARGETS)} (rotating which goes first), after a warm-up of each",
