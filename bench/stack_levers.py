@@ -95,6 +95,8 @@ def main() -> None:
         direct_rtt = measured_rtt_us(direct_url)
         for rtt_ms in RTTS_MS:
             set_delay(proxy, rtt_ms)
+            # run_rounds numbers its plants from the same ids each time: each delay starts on an empty table.
+            psql("TRUNCATE plants_plant")
             rtt = measured_rtt_us(proxied_url, 50 if rtt_ms >= 2 else 200)
             proxy_cpu, stored = cpu_seconds([proxy.pid]), int(psql("SELECT count(*) FROM plants_plant"))
             targets = {name: (name, "/plants", name) for name in variants}
