@@ -98,6 +98,9 @@ def uwsgi_command(socket_path: Path, processes: int, threads: int, module: str, 
     """uWSGI as the bench runs it, on the uwsgi protocol; what production would run (BENCHMARKS.md)."""
     return [
         uwsgi,
+        # pyuwsgi's reload (SIGHUP) re-executes the interpreter; by default the one the venv's python
+        # links to, which has no pyuwsgi: the venv's own path keeps the venv.
+        f"--binary-path={Path(uwsgi).parent / 'python'}",
         "--master",
         "--strict",
         "--need-app",
