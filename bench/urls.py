@@ -2,7 +2,11 @@
 
 from django.urls import path
 
-from bench.views import bare_create
+from bench.views import bare_create, client_address
 from plantstore_site.urls import urlpatterns as service_urlpatterns
 
-urlpatterns = [*service_urlpatterns, path("bench/bare-plants", bare_create)]
+urlpatterns = [
+    *service_urlpatterns,
+    path("bench/bare-plants", bare_create),
+    path("bench/client-address", client_address),
+]
