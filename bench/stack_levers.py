@@ -36,6 +36,7 @@ VARIANTS = {
     "uwsgi-2x1": ("uWSGI 2 processes × 1 thread, `uwsgi_pass`", "uwsgi"),
     "uwsgi-2x4": ("uWSGI 2 processes × 4 threads, `uwsgi_pass`", "uwsgi"),
     "uwsgi-4x2": ("uWSGI 4 processes × 2 threads, `uwsgi_pass`", "uwsgi"),
+    "uwsgi-2x8": ("uWSGI 2 processes × 8 threads, `uwsgi_pass`", "uwsgi"),
     "granian-2x2": ("granian 2 workers × 2 blocking threads, nginx upstream keep-alive", "keepalive"),
     "granian-2x4": ("granian 2 workers × 4 blocking threads, nginx upstream keep-alive", "keepalive"),
 }
