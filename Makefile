@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .DEFAULT_GOAL := help
-.PHONY: help run serve cluster bench bench-levers bench-cluster profile test lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
+.PHONY: help run serve cluster bench bench-levers bench-stack bench-cluster profile test lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -32,13 +32,13 @@ run: $(VENV)/.runtime ## set up .venv, migrate, and serve on 127.0.0.1:$PORT (de
 	@echo
 	DJANGO_DEBUG=1 $(PYTHON) manage.py runserver 127.0.0.1:$(PORT)
 
-serve: $(VENV)/.runtime ## production path: migrate, collectstatic, one production unit: nginx in front of gunicorn (HUP reloads; needs DJANGO_SECRET_KEY; DATABASE_URL)
+serve: $(VENV)/.runtime ## production path: migrate, collectstatic, one production unit: nginx in front of uWSGI (HUP reloads; needs DJANGO_SECRET_KEY; DATABASE_URL)
 	scripts/debian-packages nginx
 	$(PYTHON) manage.py migrate --no-input
 	$(PYTHON) manage.py collectstatic --no-input -v 0
 	exec $(PYTHON) deploy/serve.py
 
-cluster: $(VENV)/.runtime ## production's topology on one machine: HAProxy on $PORT, 2 production units (nginx, gunicorn), PgBouncer, PostgreSQL, Redis (HUP: rolling restart; Ctrl-C stops all)
+cluster: $(VENV)/.runtime ## production's topology on one machine: HAProxy on $PORT, 2 production units (nginx, uWSGI), PgBouncer, PostgreSQL, Redis (HUP: rolling restart; Ctrl-C stops all)
 	scripts/debian-packages postgresql pgbouncer redis-server haproxy
 	PORT=$(PORT) scripts/with-postgres $(PYTHON) scripts/cluster
 
@@ -67,7 +67,7 @@ coverage-erase: $(VENV)/.dev ## forget the coverage of earlier runs
 coverage: $(VENV)/.dev ## branch coverage of plants/ by the suites run since coverage-erase; fails below the floor
 	$(VENV)/bin/coverage report
 
-test-contract: $(VENV)/.dev system-packages ## schemathesis against a live gunicorn on a throwaway PostgreSQL, using /openapi.json
+test-contract: $(VENV)/.dev system-packages ## schemathesis against a live production unit on a throwaway PostgreSQL, using /openapi.json
 	scripts/with-postgres $(PYTHON) scripts/contract_test.py
 
 # The FastAPI peer of make bench has its own venv inside .venv: none of its packages reach the service's.
@@ -76,15 +76,26 @@ $(VENV)/peers/.installed: bench/peers/requirements.txt | $(VENV)/.runtime
 	$(VENV)/peers/bin/pip install --quiet --disable-pip-version-check -r bench/peers/requirements.txt
 	touch $@
 
-bench: $(VENV)/.dev $(VENV)/peers/.installed ## benchmark POST /plants beside a bare Django view and a FastAPI peer (wrk, PostgreSQL), and the rate-limit stores; writes BENCHMARKS.md
+# The Django peers (DRF, django-ninja) have theirs too: the service's runtime pins plus django-ninja and pydantic.
+$(VENV)/django-peers/.installed: requirements.txt bench/peers/requirements-django.txt | $(VENV)/.runtime
+	python3 -m venv $(VENV)/django-peers
+	$(VENV)/django-peers/bin/pip install --quiet --disable-pip-version-check -r bench/peers/requirements-django.txt
+	touch $@
+
+bench: $(VENV)/.dev $(VENV)/peers/.installed $(VENV)/django-peers/.installed ## benchmark POST /plants beside a bare Django view, DRF and django-ninja peers and a FastAPI peer (wrk, PostgreSQL), and the rate-limit stores; writes BENCHMARKS.md
 	scripts/debian-packages postgresql wrk redis-server nginx
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
 		scripts/with-postgres $(PYTHON) -m bench.run
 
-bench-levers: $(VENV)/.dev ## the service behind nginx with one lever changed per variant (server, workers, each optional part off), side by side
+bench-levers: $(VENV)/.dev ## the service as make serve runs it with one part of the per-request Python changed per variant, side by side
 	scripts/debian-packages postgresql wrk nginx
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
 		scripts/with-postgres $(PYTHON) -m bench.levers
+
+bench-stack: $(VENV)/.dev ## app servers behind nginx (uWSGI, gunicorn gthread/sync, granian; keep-alive) with the database 0.1, 1, 5 ms away (bench/delay_proxy.py)
+	scripts/debian-packages postgresql wrk nginx
+	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
+		scripts/with-postgres $(PYTHON) -m bench.stack_levers
 
 profile: $(VENV)/.dev ## profile POST /plants under load with py-spy: writes bench/flamegraph.svg, prints CPU per request by part
 	scripts/debian-packages postgresql wrk

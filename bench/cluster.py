@@ -2,7 +2,7 @@
 topology: PgBouncer in transaction mode, Redis throttle counters), printed as a Markdown table.
 
 Run under scripts/with-postgres. Each app server is a production unit (deploy/unit.py: nginx, then
-gunicorn with the workers and threads below); wrk runs on the same machine.
+uWSGI with its production settings); wrk runs on the same machine.
 """
 
 import json
@@ -27,10 +27,7 @@ ENV = {
     "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
     "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
     "PLANTS_THROTTLE_RATE": "100000000/second",  # on, so its Redis round trip is measured
-    "GUNICORN_WORKERS": str(2 * os.cpu_count() + 1),
-    "GUNICORN_THREADS": "2",
-    "GUNICORN_MAX_REQUESTS": "0",
-    "GUNICORN_ACCESS_LOG": "/dev/null",
+    "APP_MAX_REQUESTS": "0",
 }
 
 

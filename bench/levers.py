@@ -1,32 +1,24 @@
-"""`make bench-levers`: the service on its production path (nginx in front of gunicorn), one lever
-changed per variant, all loaded side by side in rotating rounds, as make bench does.
+"""`make bench-levers`: the service on its production path (`make serve`'s unit: nginx in front of
+uWSGI), one lever of the per-request Python changed per variant, all loaded side by side in rotating
+rounds, as make bench does. The app servers themselves are `make bench-stack`'s.
 
-Each variant is its own nginx and app server; its environment differs from the baseline's in the
-settings its row names. Prints the table kept in BENCHMARKS.md (What was measured against it).
+Each variant is its own unit; its environment differs from the baseline's in the settings its row
+names. Prints the table kept in BENCHMARKS.md (What was measured against it).
 """
 
 import os
 
-from bench.run import ENV, GUNICORN_ENV, LOG_DIR, prepare, ratio, run_rounds, summarize
-from bench.servers import granian_behind_nginx, gunicorn_behind_nginx
+from bench.run import ENV, LOG_DIR, prepare, ratio, run_rounds, summarize
+from bench.servers import service
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 7))
 SECONDS = int(os.environ.get("BENCH_SECONDS", 6))
-SYNC = {"GUNICORN_WORKER_CLASS": "sync", "GUNICORN_THREADS": "1"}  # gunicorn makes sync gthread if threads > 1
 EXTRAS_OFF = {"PLANTS_THROTTLE_RATE": "", "BENCH_LEVERS": "no-request-log,no-metrics,api-middleware-only"}
 # name: (what differs from the baseline, environment it adds); every one is behind nginx.
 VARIANTS = {
-    "baseline": (
-        "baseline: `make serve` as configured (gunicorn.conf.py: gthread, 1 process per core × 4 threads)",
-        {},
-    ),
+    "baseline": ("baseline: `make serve` as configured (uWSGI, 1 process per core × 4 threads)", {}),
     # The baseline again, unchanged: how far apart two identical servers measure, the table's noise.
     "baseline-again": ("the baseline again, an identical second server (the noise)", {}),
-    "gthread-x2": ("gunicorn gthread, 1 process per core × 2 threads", {"GUNICORN_THREADS": "2"}),
-    "sync-2": ("gunicorn sync workers, 2 processes (1 per core)", {**SYNC, "GUNICORN_WORKERS": "2"}),
-    "sync-3": ("gunicorn sync workers, 3 processes", {**SYNC, "GUNICORN_WORKERS": "3"}),
-    "sync-5": ("gunicorn sync workers, 5 processes", {**SYNC, "GUNICORN_WORKERS": "5"}),
-    "granian": ("granian (Rust HTTP) instead of gunicorn, 2 processes × 4 threads", {"SERVER": "granian"}),
     "no-prepare": (
         "prepared statements off (`DJANGO_DB_PREPARED_STATEMENTS=0`)",
         {"DJANGO_DB_PREPARED_STATEMENTS": "0"},
@@ -40,9 +32,7 @@ VARIANTS = {
 
 
 def start(env: dict):
-    if env.pop("SERVER", "gunicorn") == "granian":
-        return granian_behind_nginx(LOG_DIR, **{**ENV, **env}).start()
-    return gunicorn_behind_nginx(LOG_DIR, **{**GUNICORN_ENV, **env}).start()
+    return service(LOG_DIR, **{**ENV, **env}).start()
 
 
 def main() -> None:

@@ -1,6 +1,7 @@
-"""`make profile`: where a gunicorn worker's CPU goes per POST /plants, by part of the stack.
+"""`make profile`: where an app server worker's CPU goes per POST /plants, by part of the stack.
 
-Run under scripts/with-postgres, as make bench is. Starts the bench's gunicorn, loads POST /plants
+Run under scripts/with-postgres, as make bench is. Starts the service as `make serve` runs it (nginx,
+uWSGI), loads POST /plants
 with wrk, and (1) reads the workers' CPU time per request from /proc, unprofiled; (2) samples
 the workers with py-spy (`--gil`: only threads running Python, never one waiting on PostgreSQL)
 and charges each sample to the deepest frame naming a part of the request; (3) records the flame
@@ -17,7 +18,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.run import ENV, ID_BLOCK, WRK_THREADS, cpu_seconds, manage, start_server
+from bench.run import ENV, ID_BLOCK, LOG_DIR, WRK_THREADS, cpu_seconds, manage
+from bench.servers import service
 from deploy.processes import ROOT
 
 SECONDS = int(os.environ.get("PROFILE_SECONDS", 15))
@@ -103,7 +105,7 @@ def py_spy(pid: int, output: Path, form: str, seconds: int) -> None:
 def main() -> None:
     manage("migrate", "--no-input", env=ENV)
     token = manage("token", "issue", "profile", env=ENV).strip()
-    server = start_server()
+    server = service(LOG_DIR, **ENV).start()
     url = f"{server.url}/plants"
     try:
         requests_of(load(url, token, ID_BLOCK, 3))  # warm-up
@@ -115,7 +117,7 @@ def main() -> None:
             raw = Path(folder) / "profile.txt"
             wrk = load(url, token, 3 * ID_BLOCK, SECONDS + 2)
             time.sleep(1)
-            py_spy(server.process.pid, raw, "raw", SECONDS)
+            py_spy(server.app.process.pid, raw, "raw", SECONDS)
             requests_of(wrk)
             samples, libraries = Counter(), Counter()
             for line in raw.read_text().splitlines():
@@ -126,7 +128,7 @@ def main() -> None:
                 raw.replace(keep)
         wrk = load(url, token, 4 * ID_BLOCK, SECONDS + 2)
         time.sleep(1)
-        py_spy(server.process.pid, FLAMEGRAPH, "flamegraph", SECONDS)
+        py_spy(server.app.process.pid, FLAMEGRAPH, "flamegraph", SECONDS)
         requests_of(wrk)
     finally:
         server.stop()

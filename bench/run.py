@@ -1,17 +1,16 @@
-"""`make bench`: load the service, a bare Django view and a FastAPI peer side by side, and report.
+"""`make bench`: load the service, a bare Django view and three peers side by side, and report.
 
-Run under scripts/with-postgres (DATABASE_URL set, pg_stat_statements loaded). The service and the
-bare view share one gunicorn; the peer (bench/peers/fastapi_app.py) runs under uvicorn in its own
-venv. The service and the peer are each measured twice: direct, and behind the same nginx
-(deploy/nginx.conf, each app on a unix socket), which is how `make serve` runs the service. Rounds
-rotate which target goes first so all meet the same machine state; the figures and the machine's
-description are printed and written to BENCHMARKS.md.
+Run under scripts/with-postgres (DATABASE_URL set, pg_stat_statements loaded). Every target is on its
+production path, a production unit (deploy/unit.py: nginx in front of the app server): the service
+as `make serve` runs it, with the bare view in the same unit; the DRF and django-ninja peers under
+the same uWSGI settings; the FastAPI peer under uvicorn behind the same nginx with upstream
+keep-alive, as its users run it. Rounds rotate which target goes first so all meet the same machine
+state; the figures and the machine's description are printed and written to BENCHMARKS.md.
 """
 
 import json
 import os
 import platform
-import runpy
 import secrets
 import statistics
 import subprocess
@@ -23,16 +22,8 @@ import psycopg
 
 from bench import rate_stores
 from bench.report import write_section
-from bench.servers import (
-    GRANIAN_THREADS,
-    GRANIAN_WORKERS,
-    PEER_WORKERS,
-    granian_service,
-    gunicorn_behind_nginx,
-    gunicorn_direct,
-    uvicorn_behind_nginx,
-    uvicorn_peer,
-)
+from bench.servers import PEER_WORKERS, UPSTREAM_IDLE_S, django_peer, fastapi_peer, service
+from deploy.app_server import SETTINGS as APP_SETTINGS
 from deploy.processes import ROOT
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 7))
@@ -41,12 +32,11 @@ CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", 16))
 WRK_THREADS = 2
 # name: (server, path, column heading); the service's throughput is compared with the others'.
 TARGETS = {
-    "service": ("gunicorn", "/plants", "service `POST /plants` (gunicorn)"),
-    "service_nginx": ("nginx-gunicorn", "/plants", "service behind nginx (`make serve`)"),
-    "granian": ("granian", "/plants", "the same service under granian"),
-    "bare": ("gunicorn", "/bench/bare-plants", "bare Django view"),
-    "fastapi": ("uvicorn", "/plants", "FastAPI peer"),
-    "fastapi_nginx": ("nginx-uvicorn", "/plants", "FastAPI peer behind nginx"),
+    "service": ("service", "/plants", "service `POST /plants` (`make serve`: nginx, uWSGI)"),
+    "bare": ("service", "/bench/bare-plants", "bare Django view (the same unit)"),
+    "fastapi": ("fastapi", "/plants", "FastAPI peer (nginx with upstream keep-alive, uvicorn)"),
+    "drf": ("drf", "/plants", "DRF peer (nginx, the service's uWSGI settings)"),
+    "ninja": ("ninja", "/plants", "django-ninja peer (nginx, the service's uWSGI settings)"),
 }
 LOG_DIR = Path(os.environ.get("TMPDIR", "/tmp"))
 # Each wrk run takes its own block of ids (bench/create.lua adds 10**9 per wrk thread), so no two
@@ -84,26 +74,12 @@ ENV = {
     # default store, a SQLite file shared by the workers (plants/rate_stores.py).
     "PLANTS_THROTTLE_RATE": "100000000/second",
     # No worker recycling: a worker's restart would charge one round with its boot.
-    "GUNICORN_MAX_REQUESTS": "0",
+    "APP_MAX_REQUESTS": "0",
     # What production runs, whatever the shell exported (make bench-levers changes these per variant).
-    "GUNICORN_WORKER_CLASS": "gthread",
+    "APP_PROCESSES": APP_SETTINGS["APP_PROCESSES"],
+    "APP_THREADS": APP_SETTINGS["APP_THREADS"],
     "BENCH_LEVERS": "",
 }
-
-
-# Workers and threads as gunicorn.conf.py sets them on this machine (the tests' are their own).
-_conf = runpy.run_path(str(ROOT / "gunicorn.conf.py"))
-GUNICORN = {"GUNICORN_WORKERS": str(_conf["workers"]), "GUNICORN_THREADS": str(_conf["threads"])}
-
-
-# The request log stays on, as in production; it goes to a file, as it would to journald.
-GUNICORN_ENV = {**ENV, **GUNICORN, "GUNICORN_LOG_LEVEL": "warning"}
-
-
-def start_server():
-    server = gunicorn_direct(LOG_DIR, **GUNICORN_ENV)
-    print(f"gunicorn log: {server.log_path}", flush=True)
-    return server.start()
 
 
 def worker_peak_rss_mib(server) -> float:
@@ -166,11 +142,11 @@ def main() -> None:
     token = prepare("bench")
     servers = {}
     try:
-        servers["gunicorn"] = start_server()
-        servers["granian"] = granian_service(LOG_DIR, **ENV).start()
-        servers["uvicorn"] = uvicorn_peer(LOG_DIR).start()
-        servers["nginx-gunicorn"] = gunicorn_behind_nginx(LOG_DIR, **GUNICORN_ENV).start()
-        servers["nginx-uvicorn"] = uvicorn_behind_nginx(LOG_DIR).start()
+        servers["service"] = service(LOG_DIR, **ENV).start()
+        print(f"the service's log: {servers['service'].log_path}", flush=True)
+        servers["fastapi"] = fastapi_peer(LOG_DIR).start()
+        for peer in ("drf", "ninja"):
+            servers[peer] = django_peer(peer, LOG_DIR, **ENV).start()
         rounds = run_rounds(servers, token)
         peak_rss = {name: worker_peak_rss_mib(server) for name, server in servers.items()}
     finally:
@@ -266,11 +242,14 @@ def report(rounds: dict, peak_rss: dict) -> None:
         row("SQL statements per create", lambda n: f"{figures[n]['statements']:.2f}"),
         row("peak app worker memory (VmHWM)", lambda n: f"{rss[n]:.0f} MiB"),
     ]
+    peer_p99 = figures["fastapi"]["p99_ms"]
     summary = [
-        f"**Throughput ratio service ÷ FastAPI peer: {ratio(rounds, 'service', 'fastapi'):.2f} direct, "
-        f"{ratio(rounds, 'service_nginx', 'fastapi_nginx'):.2f} both behind nginx** (target ≥ 1.00); "
-        f"the service under granian ÷ the peer direct: {ratio(rounds, 'granian', 'fastapi'):.2f}; "
-        f"**service ÷ bare view: {ratio(rounds, 'service', 'bare'):.2f}** (target ≥ 0.70). Each is the median of "
+        f"**Service ÷ FastAPI peer: {ratio(rounds, 'service', 'fastapi'):.2f}** (target ≥ 0.6), p99 "
+        f"{figures['service']['p99_ms']:.1f} ms against the peer's {peer_p99:.1f} ms "
+        f"({figures['service']['p99_ms'] / peer_p99:.1f} ×, target ≤ 2 ×); "
+        f"**service ÷ DRF peer {ratio(rounds, 'service', 'drf'):.2f}, service ÷ django-ninja peer "
+        f"{ratio(rounds, 'service', 'ninja'):.2f}** (target ≥ 1.5); "
+        f"**service ÷ bare view: {ratio(rounds, 'service', 'bare'):.2f}** (target ≥ 0.80). Each is the median of "
         "the rounds' ratios: the machine is shared, so absolute figures drift between rounds, and a ratio "
         "taken within a round cancels most of that.",
         f"**SQL statements per authenticated create: {figures['service']['statements']:.2f}** (target ≤ 2), "
@@ -282,17 +261,20 @@ def report(rounds: dict, peak_rss: dict) -> None:
     section = [
         f"- When: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         f"- Machine: {machine()}",
-        f"- Service: gunicorn, `gunicorn.conf.py` ({_conf['workers']} workers × {_conf['threads']} threads, gthread; "
+        f"- Service: `make serve`'s production unit: nginx (`deploy/nginx.conf`) in front of uWSGI "
+        f"(`deploy/app_server.py`: {ENV['APP_PROCESSES']} processes × {ENV['APP_THREADS']} threads, `uwsgi_pass`; "
         "worker recycling off), debug off, `bench.settings` (production settings plus the bare view's URL); "
-        "the bare view is served by the same gunicorn",
-        f"- The same service under granian: `bench.wsgi` with {GRANIAN_WORKERS} workers × {GRANIAN_THREADS} "
-        "blocking threads, access log off (gunicorn's goes to /dev/null here); a measured alternative, not what "
-        "production runs",
+        "the bare view is served by the same unit",
         f"- FastAPI peer: `bench/peers/fastapi_app.py` (FastAPI, strict pydantic v2, asyncpg), uvicorn with "
-        f"{PEER_WORKERS} workers, uvloop and httptools, access log on; pins in `bench/peers/requirements.txt`",
-        "- Behind nginx: `deploy/nginx.conf` as `make serve` renders it (1 worker, requests and answers "
-        "buffered, a new upstream connection per request), in front of the service's gunicorn or the peer's "
-        "uvicorn, each on a unix socket in nginx's folder; their CPU counts nginx's",
+        f"{PEER_WORKERS} workers, uvloop and httptools, access log on, behind the same nginx with upstream "
+        f"keep-alive (`keepalive 32; keepalive_timeout {UPSTREAM_IDLE_S}s;`, `proxy_http_version 1.1;`; uvicorn's "
+        "idle timeout 5 s is above nginx's), as nginx's users configure it; pins in `bench/peers/requirements.txt`",
+        "- Django peers: `bench/peers/drf_peer` (ModelSerializer, a bearer-token authentication class reading "
+        "the token row through the ORM by its SHA-256 digest, revoked and expired refused, a create-only "
+        "viewset) and `bench/peers/ninja_peer` (a pydantic Schema, HttpBearer), startproject's apps and "
+        "middleware, CONN_MAX_AGE 60, no request log; the service's uWSGI settings behind the same nginx, "
+        "from their own venv (`.venv/django-peers`, pins in `bench/peers/requirements-django.txt`)",
+        "- CPU per request counts every process of the target: nginx's and the app server's",
         "- Database: a throwaway PostgreSQL on 127.0.0.1 (TCP), fsync off, pg_stat_statements loaded",
         f"- Load: `wrk -t{WRK_THREADS} -c{CONNECTIONS} -d{SECONDS}s -s bench/create.lua`, on the same machine; "
         f"{ROUNDS} rounds, each running all {len(TARGETS)} (rotating which goes first), after a warm-up of each",
@@ -308,9 +290,7 @@ def report(rounds: dict, peak_rss: dict) -> None:
     write_section("make bench", "\n".join(section))
     rate_stores.main()  # its own section: the throttle's store, measured on its own
     failed = [
-        name
-        for name in TARGETS
-        if not name.startswith("service") and (figures[name]["non_2xx"] or figures[name]["socket_errors"])
+        name for name in TARGETS if name != "service" and (figures[name]["non_2xx"] or figures[name]["socket_errors"])
     ]
     if failed:
         # A baseline that failed requests did less work than a real create: the ratio means nothing.

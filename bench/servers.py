@@ -1,98 +1,95 @@
-"""The servers `make bench` runs beside the service: each a production unit (deploy/unit.py: nginx in
-front of an app server on a unix socket), or the app server alone on a loopback port (direct)."""
+"""The servers `make bench` and `make bench-stack` run, every one a production unit (deploy/unit.py:
+nginx in front of an app server on a unix socket): the service as `make serve` runs it, the peers,
+and the app servers measured against uWSGI, each put behind the same nginx."""
 
 import os
+import re
 from pathlib import Path
 
-from deploy.processes import BIN, ROOT, ServerProcess, free_port, http_status, wait_until
-from deploy.unit import Unit, gunicorn_command
+from deploy.app_server import uwsgi_command
+from deploy.processes import BIN, ROOT, free_port
+from deploy.unit import Unit
 
 PEER_PYTHON = Path(os.environ.get("BENCH_PEER_PYTHON", ROOT / ".venv" / "peers" / "bin" / "python"))
+DJANGO_PEERS_BIN = ROOT / ".venv" / "django-peers" / "bin"
 PEER_WORKERS = 2
-GRANIAN_WORKERS, GRANIAN_THREADS = 2, 4
+# nginx's idle timeout on its upstream connections: below every HTTP app server's own (gunicorn's
+# keepalive 5 s, uvicorn's --timeout-keep-alive 5 s, granian's 30 s), so nginx never sends a
+# request on a connection the app is closing.
+UPSTREAM_IDLE_S = 4
+HTTP_LOCATION = """        location / {
+            proxy_pass http://app;
+            proxy_http_version 1.1;
+            proxy_request_buffering on;
+            proxy_buffering on;
+            proxy_set_header Host $http_host;
+            proxy_set_header X-Real-IP $remote_addr;
+            proxy_set_header Connection "";
+            proxy_read_timeout 35s;
+        }
+"""
 
 
-class Direct(ServerProcess):
-    """An app server alone on a free loopback port (`{port}` in its command), its output in a log in
-    `log_dir`: what a server costs without nginx in front."""
+def http_upstream(keepalive: bool):
+    """An edit of deploy/nginx.conf for an HTTP app server: proxy_pass in place of uwsgi_pass,
+    with upstream keep-alive (as nginx's users configure it) or a new connection per request."""
 
-    def __init__(self, name: str, command: list[str], log_dir: Path, **env: str):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        command = [part.format(port=self.port) for part in command]
-        super().__init__(name, command, {**os.environ, **env}, log_dir / f"{name}-{self.port}.log")
+    def edit(text: str) -> str:
+        text, found = re.subn(
+            r"        location / \{\n.*?\n        \}\n", lambda _: HTTP_LOCATION, text, count=1, flags=re.S
+        )
+        if not found:
+            raise RuntimeError("bench.servers: deploy/nginx.conf has no `location / {` block")
+        if keepalive:
+            text = re.sub(
+                r"(        server unix:[^;]+;\n)",
+                rf"\1        keepalive 32;\n        keepalive_timeout {UPSTREAM_IDLE_S}s;\n",
+                text,
+            )
+        return text
 
-    def start(self) -> "Direct":
-        self.launch()
-        try:
-            wait_until(lambda: http_status(f"{self.url}/healthz") == 200, self.process, 30, self.name)
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def pids(self) -> list[int]:
-        return [self.process.pid]
-
-    def worker_pids(self) -> list[int]:
-        return Unit.worker_pids(self)  # the same rule: the children that are not a resource tracker
-
-    @property
-    def app(self) -> "Direct":
-        return self
+    return edit
 
 
-def in_unit(name: str, app_command: list[str], log_dir: Path, **env: str) -> Unit:
-    """`app_command` (naming its unix socket as `{socket}`) behind nginx, as `make serve` runs the service."""
+def unit(name: str, log_dir: Path, app_command: list[str] | None = None, nginx_edit=None, **env: str) -> Unit:
+    """A unit on a free loopback port, its log in `log_dir`; uWSGI as production runs it unless `app_command`."""
     port = free_port()
-    return Unit(f"127.0.0.1:{port}", {**os.environ, **env}, app_command, log_dir / f"{name}-{port}.log", name=name)
+    settings = {**os.environ, **env}
+    command = app_command or uwsgi_command(settings, "bench.wsgi:application")
+    return Unit(
+        f"127.0.0.1:{port}", settings, command, log_dir / f"{name}-{port}.log", name=name, nginx_edit=nginx_edit
+    )
 
 
-def uvicorn_command(listen: list[str]) -> list[str]:
-    """The FastAPI peer under uvicorn with uvloop and httptools (uvicorn[standard]'s choices), its
-    access log on: one line per request, as the service writes its request log."""
-    command = [str(PEER_PYTHON), "-m", "uvicorn", "bench.peers.fastapi_app:app", *listen]
-    return command + ["--workers", str(PEER_WORKERS), "--loop", "uvloop", "--http", "httptools", "--log-level", "info"]
+def service(log_dir: Path, **env: str) -> Unit:
+    """The service as `make serve` runs it, serving bench.wsgi (the service plus the bare view's URL)."""
+    return unit("service", log_dir, **env)
 
 
-def granian_command(listen: list[str]) -> list[str]:
-    """The service's WSGI application (bench.wsgi) under granian, a Rust HTTP server."""
-    command = [str(BIN / "granian"), "--interface", "wsgi", "--host", "127.0.0.1", *listen, "--no-ws"]
-    return command + [
-        "--workers",
-        str(GRANIAN_WORKERS),
-        "--blocking-threads",
-        str(GRANIAN_THREADS),
-        "bench.wsgi:application",
-    ]
+def django_peer(peer: str, log_dir: Path, **env: str) -> Unit:
+    """A Django peer (bench/peers/<peer>_peer) under the service's app server and settings, from its own venv."""
+    settings = {**os.environ, **env, "DJANGO_SETTINGS_MODULE": f"bench.peers.{peer}_peer.settings"}
+    command = uwsgi_command(settings, f"bench.peers.{peer}_peer.wsgi:application", bin_dir=DJANGO_PEERS_BIN)
+    return unit(peer, log_dir, command, **settings)
 
 
-def gunicorn_direct(log_dir: Path, **env: str) -> Direct:
-    """The service's gunicorn alone on a loopback port (gunicorn.conf.py, bench.wsgi)."""
-    server = Direct("gunicorn", gunicorn_command("bench.wsgi"), log_dir, **env)
-    server.env["GUNICORN_BIND"] = f"127.0.0.1:{server.port}"
-    return server
+def fastapi_peer(log_dir: Path) -> Unit:
+    """The FastAPI peer under uvicorn (uvloop, httptools, access log on), behind nginx with upstream
+    keep-alive, its idle timeout above nginx's."""
+    command = [str(PEER_PYTHON), "-m", "uvicorn", "bench.peers.fastapi_app:app", "--uds", "{socket}"]
+    command += ["--workers", str(PEER_WORKERS), "--loop", "uvloop", "--http", "httptools", "--log-level", "info"]
+    command += ["--timeout-keep-alive", "5"]
+    return unit("fastapi", log_dir, command, http_upstream(keepalive=True))
 
 
-def uvicorn_peer(log_dir: Path) -> Direct:
-    return Direct("uvicorn", uvicorn_command(["--port", "{port}"]), log_dir)
+def gunicorn_command(workers: int, threads: int, worker_class: str) -> list[str]:
+    """gunicorn (bench/gunicorn.conf.py) serving bench.wsgi on the unit's socket: a measured alternative."""
+    command = [str(BIN / "gunicorn"), "-c", str(ROOT / "bench" / "gunicorn.conf.py"), "--bind", "unix:{socket}"]
+    return command + [f"--workers={workers}", f"--threads={threads}", f"--worker-class={worker_class}", "bench.wsgi"]
 
 
-def granian_service(log_dir: Path, **env: str) -> Direct:
-    return Direct("granian", granian_command(["--port", "{port}"]), log_dir, **env)
-
-
-def gunicorn_behind_nginx(log_dir: Path, **env: str) -> Unit:
-    """The service as `make serve` runs it (bench.wsgi: the service plus the bare view's URL)."""
-    return in_unit("nginx-gunicorn", gunicorn_command("bench.wsgi"), log_dir, **env)
-
-
-def granian_behind_nginx(log_dir: Path, **env: str) -> Unit:
-    """The service under granian, on a unix socket behind nginx: what replacing gunicorn would buy."""
-    listen = ["--uds", "{socket}", "--uds-permissions", "0o666"]
-    return in_unit("nginx-granian", granian_command(listen), log_dir, **env)
-
-
-def uvicorn_behind_nginx(log_dir: Path) -> Unit:
-    """The FastAPI peer behind the same nginx, on a unix socket as the service is."""
-    return in_unit("nginx-uvicorn", uvicorn_command(["--uds", "{socket}"]), log_dir)
+def granian_command(workers: int, threads: int) -> list[str]:
+    """granian (a Rust HTTP server) serving bench.wsgi on the unit's socket: a measured alternative."""
+    command = [str(BIN / "granian"), "--interface", "wsgi", "--uds", "{socket}", "--uds-permissions", "0o600"]
+    command += ["--no-ws", "--workers", str(workers), "--blocking-threads", str(threads), "--no-access-log"]
+    return command + ["bench.wsgi:application"]

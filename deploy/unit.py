@@ -12,14 +12,10 @@ import signal
 import tempfile
 from pathlib import Path
 
-from deploy.processes import BIN, ROOT, ServerProcess, children, http_status, wait_until
+from deploy.app_server import uwsgi_command
+from deploy.processes import ROOT, ServerProcess, children, http_status, wait_until
 
 NGINX_TEMPLATE = ROOT / "deploy" / "nginx.conf"
-
-
-def gunicorn_command(app: str = "plantstore_site.wsgi") -> list[str]:
-    """The app server: gunicorn with gunicorn.conf.py (its bind is the unit's socket)."""
-    return [str(BIN / "gunicorn"), "-c", str(ROOT / "gunicorn.conf.py"), app]
 
 
 def trusted_proxies(value: str) -> list[str]:
@@ -33,8 +29,9 @@ def trusted_proxies(value: str) -> list[str]:
     return proxies
 
 
-def render_nginx_conf(run_dir: Path, upstream: str, listen: str, proxies: list[str]) -> Path:
-    """deploy/nginx.conf for nginx listening on `listen`, in front of `upstream` (unix:/path)."""
+def render_nginx_conf(run_dir: Path, upstream: str, listen: str, proxies: list[str], edit=None) -> Path:
+    """deploy/nginx.conf for nginx listening on `listen`, in front of `upstream` (unix:/path);
+    `edit(text)`, if given, changes the result (the bench puts other app servers behind it)."""
     real_ip = "".join(f"set_real_ip_from {proxy};\n    " for proxy in proxies)
     if proxies:
         # The client is the last address in X-Forwarded-For that is not a trusted proxy's.
@@ -49,18 +46,28 @@ def render_nginx_conf(run_dir: Path, upstream: str, listen: str, proxies: list[s
         "@REAL_IP@": real_ip,
     }.items():
         text = text.replace(name, value)
+    if edit:
+        text = edit(text)
     path = run_dir / "nginx.conf"
     path.write_text(text)
     return path
 
 
+def empty_metrics_folder(folder: Path) -> None:
+    """A server's metric files start from nothing, or a restarted server would go on from its last run's counts."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("*.db"):
+        stale.unlink()
+
+
 class Unit:
-    """nginx on `listen` (host:port) in front of the app server (`app_command`, default gunicorn
-    with gunicorn.conf.py) on a unix socket in the unit's own temp folder, removed when it stops.
+    """nginx on `listen` (host:port) in front of the app server (`app_command`, default uWSGI as
+    deploy/app_server.py runs it; `{socket}` in it names the socket) on a unix socket in the unit's
+    own temp folder, removed when it stops.
 
     `env` is the app server's environment (settings; PLANTS_TRUSTED_PROXIES is nginx's too);
     output goes to `log`, or to this process's stdout. start(), reload() and stop() are the
-    operator's three moves; kill() is a host dying.
+    operator's three moves; kill() is a host dying. `nginx_edit` is the bench's (render_nginx_conf).
     """
 
     def __init__(
@@ -71,9 +78,11 @@ class Unit:
         log: Path | None = None,
         supervised: bool = False,
         name: str = "unit",
+        nginx_edit=None,
     ):
         self.listen, self.env, self.log_path, self.supervised, self.name = listen, env, log, supervised, name
-        self.app_command = app_command or gunicorn_command()
+        self.app_command = app_command or uwsgi_command(env)
+        self.nginx_edit = nginx_edit
         self.proxies = trusted_proxies(env.get("PLANTS_TRUSTED_PROXIES", ""))
         host, _, port = listen.rpartition(":")
         self.port = int(port)
@@ -91,17 +100,16 @@ class Unit:
         self.run_dir = Path(tempfile.mkdtemp(prefix=f"plantstore-{self.name}."))
         self.run_dir.chmod(0o755)  # nginx's workers (nobody, when started as root) reach the socket through it
         app_env = {
-            # One metrics folder per server, inside the unit's folder (gunicorn.conf.py empties it at start).
+            # One metrics folder per server, inside the unit's folder unless the environment names one.
             "PROMETHEUS_MULTIPROC_DIR": str(self.run_dir / "metrics"),
             **self.env,
-            "GUNICORN_BIND": f"unix:{self.socket_path}",
-            "APP_SOCKET": str(self.socket_path),
         }
+        empty_metrics_folder(Path(app_env["PROMETHEUS_MULTIPROC_DIR"]))
         command = [part.format(socket=self.socket_path) for part in self.app_command]
         self.app = ServerProcess("app", command, app_env, self.log_path, self.supervised)
         self.app.launch()
         wait_until(self.socket_path.exists, self.app.process, 60, f"{self.name}: the app server's socket")
-        conf = render_nginx_conf(self.run_dir, f"unix:{self.socket_path}", self.listen, self.proxies)
+        conf = render_nginx_conf(self.run_dir, f"unix:{self.socket_path}", self.listen, self.proxies, self.nginx_edit)
         nginx = [shutil.which("nginx") or "/usr/sbin/nginx", "-p", str(self.run_dir), "-c", str(conf)]
         self.nginx = ServerProcess(
             "nginx", [*nginx, "-g", "daemon off;"], dict(os.environ), self.log_path, self.supervised
@@ -134,7 +142,7 @@ class Unit:
     def reload(self) -> None:
         """A graceful reload, for a new version: nginx re-reads its (re-rendered) config and the app
         server starts new workers with the new code while the old ones finish their requests."""
-        render_nginx_conf(self.run_dir, f"unix:{self.socket_path}", self.listen, self.proxies)
+        render_nginx_conf(self.run_dir, f"unix:{self.socket_path}", self.listen, self.proxies, self.nginx_edit)
         self.app.send(signal.SIGHUP)
         self.nginx.send(signal.SIGHUP)
 
@@ -167,7 +175,7 @@ class Unit:
         return [self.nginx.process.pid, self.app.process.pid]
 
     def worker_pids(self) -> list[int]:
-        """The app server's worker processes (multiprocessing's resource tracker is not one)."""
+        """The app server's worker processes (a resource tracker is not one)."""
         workers = []
         for pid in children(self.app.process.pid):
             try:

@@ -16,8 +16,8 @@ from prometheus_client import (
 
 from plants import metric_files
 
-# Under gunicorn every worker writes its samples to files in PROMETHEUS_MULTIPROC_DIR (one folder per
-# server, emptied at start by gunicorn.conf.py) and /metrics sums them; elsewhere (runserver, tests)
+# Under the app server every worker writes its samples to files in PROMETHEUS_MULTIPROC_DIR (one folder
+# per server, emptied at start by deploy/unit.py) and /metrics sums them; elsewhere (runserver, tests)
 # the samples live in this process.
 MULTIPROCESS = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 # The classic text format, which every Prometheus 2.x reads (our names need none of 1.0.0's escaping).

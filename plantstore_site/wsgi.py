@@ -1,4 +1,4 @@
-"""WSGI entry point: `gunicorn plantstore_site.wsgi`."""
+"""WSGI entry point: what uWSGI serves (deploy/app_server.py: `--module plantstore_site.wsgi:application`)."""
 
 import os
 

@@ -127,8 +127,8 @@ LIVE_SETTINGS = {
     "DJANGO_SECRET_KEY": "live-test-secret-key-" + "x" * 40,
     "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
     "PLANTS_THROTTLE_RATE": "",
-    "GUNICORN_WORKERS": "2",
-    "GUNICORN_THREADS": "4",
+    "APP_PROCESSES": "2",
+    "APP_THREADS": "4",
 }
 
 
@@ -216,14 +216,14 @@ class MakeServe:
         self.log_path = work_dir / "serve.log"
         self.terminal = terminal
         self.env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "GUNICORN_", "PLANTS_"))},
+            **{k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "APP_", "PLANTS_"))},
             "DATABASE_URL": f"sqlite:///{self.database}",
             "DJANGO_SECRET_KEY": "serve-test-secret-key-" + "x" * 40,
             "DJANGO_STATIC_ROOT": str(work_dir / "static"),
             "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
             "PLANTS_THROTTLE_RATE": "",
             "PORT": str(self.port),
-            "GUNICORN_WORKERS": "2",
+            "APP_PROCESSES": "2",
             **env,
         }
         self.process: subprocess.Popen | None = None
@@ -300,10 +300,10 @@ def zombie(pid: int) -> bool:
 
 
 def descendants(pid: int) -> list[int]:
-    """Every process `pid` started, however deep, that is still there."""
+    """Every process `pid` started, however deep, that is still there: parents before their children."""
     found, pending = [], children(pid)
     while pending:
-        child = pending.pop()
+        child = pending.pop(0)
         found.append(child)
         pending.extend(children(child))
     return found

@@ -1,4 +1,4 @@
-"""The HTTP edge as `make serve` runs it (nginx in front of gunicorn), tried with real sockets."""
+"""The HTTP edge as `make serve` runs it (nginx in front of the app server), tried with real sockets."""
 
 import http.client
 import json
@@ -30,14 +30,14 @@ class Served:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp / "serve.log"
         self.env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "GUNICORN_", "PLANTS_"))},
+            **{k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "APP_", "PLANTS_"))},
             "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}",
             "DJANGO_SECRET_KEY": "edge-test-secret-key-" + "x" * 40,
             "DJANGO_STATIC_ROOT": str(tmp / "static"),
             "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
             "PLANTS_THROTTLE_RATE": "",
             "PORT": str(self.port),
-            "GUNICORN_WORKERS": "2",
+            "APP_PROCESSES": "2",
             **env,
         }
 
@@ -66,8 +66,8 @@ class Served:
             text=True,
         ).stdout.strip()
 
-    def gunicorn_workers(self) -> list[int]:
-        """The pids of gunicorn's workers: the children of the gunicorn among make's descendants."""
+    def app_server_workers(self) -> list[int]:
+        """The pids of app server's workers: the children of the app server among make's descendants."""
 
         def children(pid: int) -> list[int]:
             path = Path(f"/proc/{pid}/task/{pid}/children")
@@ -75,10 +75,10 @@ class Served:
 
         pending, descendants = [self.process.pid], []
         while pending:
-            pid = pending.pop()
+            pid = pending.pop(0)
             descendants.append(pid)
             pending.extend(children(pid))
-        master = next(pid for pid in descendants if b"gunicorn" in Path(f"/proc/{pid}/cmdline").read_bytes())
+        master = next(pid for pid in descendants if b"bin/uwsgi" in Path(f"/proc/{pid}/cmdline").read_bytes())
         return children(master)
 
     def log(self) -> str:
@@ -236,7 +236,7 @@ def cpu_ticks(pid: int) -> int:
 
 
 def test_keep_alive_load_is_shared_by_every_worker(served):
-    workers = served.gunicorn_workers()
+    workers = served.app_server_workers()
     before = {pid: cpu_ticks(pid) for pid in workers}
 
     def client():

@@ -29,7 +29,7 @@ def race(url: str, token: str, bodies: list[dict]) -> list[tuple]:
 
 
 def test_race_of_creates_of_one_id_gives_one_200_and_clean_400s(production_unit, token):
-    server = production_unit(GUNICORN_WORKERS="3", GUNICORN_THREADS="8")
+    server = production_unit(APP_PROCESSES="3", APP_THREADS="8")
     bodies = [{"id": 77, "name": f"racer-{n}"} for n in range(RACERS)]
 
     results = race(f"{server.url}/plants", token, bodies)
@@ -42,7 +42,7 @@ def test_race_of_creates_of_one_id_gives_one_200_and_clean_400s(production_unit,
 
 
 def test_identical_concurrent_retries_all_get_200_and_store_one_plant(production_unit, token):
-    server = production_unit(GUNICORN_WORKERS="3", GUNICORN_THREADS="8")
+    server = production_unit(APP_PROCESSES="3", APP_THREADS="8")
 
     results = race(f"{server.url}/plants", token, [{"id": 78, "name": "Retry", "tag": "same"}] * RACERS)
 
@@ -57,7 +57,7 @@ def assert_every_answer_is_json(load: Load):
 
 
 def test_every_plant_answered_200_is_stored_when_a_worker_is_killed(production_unit, token):
-    server = production_unit(GUNICORN_WORKERS="2", GUNICORN_THREADS="4")
+    server = production_unit(APP_PROCESSES="2", APP_THREADS="4")
 
     with Load(f"{server.url}/plants", token, limit=3000) as load:
         load.wait_for(1000)
@@ -83,7 +83,7 @@ def pg_ctl(action: str) -> None:
 
 
 def test_service_answers_json_during_a_postgres_restart_and_recovers(production_unit, token):
-    server = production_unit(GUNICORN_WORKERS="2", GUNICORN_THREADS="4")
+    server = production_unit(APP_PROCESSES="2", APP_THREADS="4")
 
     with Load(f"{server.url}/plants", token) as load:
         load.wait_for(300)
@@ -110,7 +110,7 @@ def test_service_answers_json_during_a_postgres_restart_and_recovers(production_
 
 
 def test_connections_idle_across_a_postgres_restart_are_replaced_before_use(production_unit, token):
-    server = production_unit(GUNICORN_WORKERS="2", GUNICORN_THREADS="4")
+    server = production_unit(APP_PROCESSES="2", APP_THREADS="4")
     warm = create_many(server.url, token, range(200), "warm")  # gives every server thread a connection
     assert {status for status, _ in warm} == {200}
 

@@ -164,7 +164,7 @@ def test_database_outage_is_counted_as_unavailable(post_plant, counted):
 def test_prometheus_scraping_a_two_worker_server_reports_the_requests_sent(production_unit, token, tmp_path):
     metrics_token = secrets.token_urlsafe(32)
     # One thread per worker and eight clients at once: both workers must serve.
-    server = production_unit(GUNICORN_WORKERS="2", GUNICORN_THREADS="1", PLANTS_METRICS_TOKEN=metrics_token)
+    server = production_unit(APP_PROCESSES="2", APP_THREADS="1", PLANTS_METRICS_TOKEN=metrics_token)
     prometheus = LivePrometheus([server.url.removeprefix("http://")], metrics_token).start()
     try:
         created = create_many(server.url, token, range(1, 41), "Rose")

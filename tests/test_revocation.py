@@ -78,10 +78,10 @@ def server(request, production_unit):
     """A production unit (2 workers × 4 threads, persistent connections) on PostgreSQL, directly or through
     PgBouncer in transaction mode (where prepared statements must be off: PgBouncer 1.18)."""
     if request.param == "postgresql":
-        return production_unit(GUNICORN_WORKERS="2", GUNICORN_THREADS="4")
+        return production_unit(APP_PROCESSES="2", APP_THREADS="4")
     bouncer = request.getfixturevalue("pgbouncer")
     return production_unit(
-        GUNICORN_WORKERS="2", GUNICORN_THREADS="4", DATABASE_URL=bouncer.url, DJANGO_DB_PREPARED_STATEMENTS="0"
+        APP_PROCESSES="2", APP_THREADS="4", DATABASE_URL=bouncer.url, DJANGO_DB_PREPARED_STATEMENTS="0"
     )
 
 

@@ -228,7 +228,7 @@ def post_over_fresh_connections(servers, token: str, count: int) -> list[tuple]:
 
 @pytest.mark.parametrize("store_name", ["default", "redis"])
 def test_quota_is_exact_across_worker_processes_and_servers(production_unit, request, tmp_path, token, store_name):
-    environment = {"PLANTS_THROTTLE_RATE": f"{QUOTA}/hour", "GUNICORN_WORKERS": "3", "GUNICORN_THREADS": "2"}
+    environment = {"PLANTS_THROTTLE_RATE": f"{QUOTA}/hour", "APP_PROCESSES": "3", "APP_THREADS": "2"}
     if store_name == "redis":  # two servers sharing one Redis
         environment["REDIS_URL"] = request.getfixturevalue("redis_server").url
         servers = [production_unit(**environment), production_unit(**environment)]

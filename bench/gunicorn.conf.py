@@ -1,4 +1,4 @@
-"""gunicorn settings for serving plantstore_site.wsgi; each can be overridden from the environment."""
+"""gunicorn settings for the bench's gunicorn rows (a measured alternative; production runs uWSGI: deploy/app_server.py)."""
 
 import multiprocessing
 import os
