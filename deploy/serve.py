@@ -22,8 +22,8 @@ from deploy.unit import Unit  # noqa: E402
 
 
 def public_address() -> str:
-    # GUNICORN_BIND kept its meaning: the address clients reach. nginx answers there.
-    return os.environ.get("GUNICORN_BIND") or f"127.0.0.1:{os.environ.get('PORT', '8000')}"
+    # The address clients reach: nginx answers there.
+    return os.environ.get("PLANTS_LISTEN") or f"127.0.0.1:{os.environ.get('PORT', '8000')}"
 
 
 def terminal_gone(started_on_terminal: bool) -> bool:
