@@ -7,12 +7,15 @@ service. Each request creates a new plant with a real bearer token; throttling i
 never reached (as make bench runs it), the request log goes to a file (as under gunicorn), and
 metrics are on in multiprocess mode. A run reports `time.process_time()` per request over
 BENCH_REQUESTS creates after a warm-up: CPU, not wall time, so a machine shared with other work
-disturbs it far less. BASELINE=<commit> alternates runs of that commit's tree (this file copied
-in) with runs of the working tree: the A/B table of a lever.
+disturbs it far less (though a loaded VM still spreads it: compare medians and minimums of
+alternating runs). BASELINE=<commit> alternates runs of that commit's tree (this file copied in)
+with runs of the working tree (or of CANDIDATE=<commit>): the A/B table of a lever.
+BENCH_CALLGRIND=1 counts instructions instead: deterministic, but minutes per run.
 """
 
 import json
 import os
+import re
 import secrets
 import shutil
 import statistics
@@ -25,8 +28,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUESTS = int(os.environ.get("BENCH_REQUESTS", 3000))
-WARM_UP = 300
+WARM_UP = int(os.environ.get("BENCH_WARM_UP", 300))
 RUNS = int(os.environ.get("BENCH_RUNS", 5))
+# BENCH_CALLGRIND=1: instructions per request instead (valgrind's callgrind, deterministic on a
+# shared machine): two runs of each tree, CALLGRIND_REQUESTS apart, and the difference per request.
+CALLGRIND = os.environ.get("BENCH_CALLGRIND") == "1"
+CALLGRIND_REQUESTS = (50, 250)
 ENV = {
     "DJANGO_SETTINGS_MODULE": "bench.settings",
     "DJANGO_DEBUG": "0",
@@ -98,9 +105,34 @@ def child(token: str, id_base: int) -> None:
 
 
 def run(tree: Path, token: str, id_base: int, folder: Path) -> float:
+    if CALLGRIND:
+        counts = [instructions(tree, token, id_base + n * 10**6, folder, n) for n in CALLGRIND_REQUESTS]
+        return (counts[1] - counts[0]) / (CALLGRIND_REQUESTS[1] - CALLGRIND_REQUESTS[0])
+    output = subprocess.run(
+        [sys.executable, "-m", "bench.inprocess", "--child", token, str(id_base)],
+        cwd=tree,
+        env=child_environment(tree, id_base, folder),
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return json.loads(output.strip().splitlines()[-1])["us_per_request"]
+
+
+def instructions(tree: Path, token: str, id_base: int, folder: Path, requests: int) -> int:
+    """Instructions one child run executes, start-up included (cancelled out by the caller)."""
+    log = folder / f"callgrind-{id_base}.log"
+    command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={folder}/callgrind-{id_base}.out"]
+    command += [f"--log-file={log}", sys.executable, "-m", "bench.inprocess", "--child", token, str(id_base)]
+    environment = {**child_environment(tree, id_base, folder), "BENCH_REQUESTS": str(requests), "PYTHONHASHSEED": "0"}
+    subprocess.run(command, cwd=tree, env=environment, check=True, capture_output=True)
+    return int(re.search(r"Collected : (\d+)", log.read_text()).group(1))
+
+
+def child_environment(tree: Path, id_base: int, folder: Path) -> dict:
     metrics = folder / f"metrics-{id_base}"
     metrics.mkdir()
-    environment = {
+    return {
         **os.environ,
         **ENV,
         "PYTHONPATH": str(tree),
@@ -108,14 +140,11 @@ def run(tree: Path, token: str, id_base: int, folder: Path) -> float:
         "PLANTS_THROTTLE_DIR": str(folder / "throttle"),
         "BENCH_LOG": str(folder / "requests.log"),
     }
-    command = [sys.executable, "-m", "bench.inprocess", "--child", token, str(id_base)]
-    output = subprocess.run(command, cwd=tree, env=environment, check=True, capture_output=True, text=True).stdout
-    return json.loads(output.strip().splitlines()[-1])["us_per_request"]
 
 
-def baseline_tree(commit: str, folder: Path) -> Path:
+def baseline_tree(commit: str, folder: Path, name: str) -> Path:
     """The commit's files, with this harness copied in (a commit before it has none)."""
-    tree = folder / "baseline"
+    tree = folder / name
     tree.mkdir()
     archive = subprocess.run(["git", "archive", commit], cwd=ROOT, check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
@@ -141,9 +170,12 @@ def main() -> None:
     baseline = os.environ.get("BASELINE", "")
     with tempfile.TemporaryDirectory(prefix="plantstore-inprocess.") as name:
         folder = Path(name)
-        trees = {"this tree": ROOT}
+        # CANDIDATE=<commit>: that commit in place of the working tree, which may then change meanwhile.
+        candidate = os.environ.get("CANDIDATE", "")
+        this = baseline_tree(candidate, folder, "candidate") if candidate else ROOT
+        trees = {"this tree": this}
         if baseline:
-            trees = {f"baseline {baseline}": baseline_tree(baseline, folder), "this tree": ROOT}
+            trees = {f"baseline {baseline}": baseline_tree(baseline, folder, "baseline"), "this tree": this}
         results = {label: [] for label in trees}
         id_base = time.time_ns() // 1000 % 10**12 * 1000
         for _ in range(RUNS):
@@ -151,14 +183,22 @@ def main() -> None:
                 id_base += 10**7
                 results[label].append(run(tree, token, id_base, folder))
         lines = (folder / "requests.log").read_text().count('"request_id"')
-    expected = RUNS * len(trees) * (REQUESTS + WARM_UP)
-    print(f"{RUNS} runs each of {REQUESTS} creates after {WARM_UP} warm-up; request log lines {lines}/{expected}")
-    print("| tree | CPU µs per request, median | runs |\n|---|---|---|")
+    if CALLGRIND:
+        expected = RUNS * len(trees) * (sum(CALLGRIND_REQUESTS) + 2 * WARM_UP)
+        print(f"{RUNS} callgrind runs each; request log lines {lines}/{expected}")
+        print("| tree | instructions per request, median | runs |\n|---|---|---|")
+    else:
+        expected = RUNS * len(trees) * (REQUESTS + WARM_UP)
+        print(f"{RUNS} runs each of {REQUESTS} creates after {WARM_UP} warm-up; request log lines {lines}/{expected}")
+        print("| tree | CPU µs per request, median (minimum) | runs |\n|---|---|---|")
     for label, values in results.items():
-        print(f"| {label} | {statistics.median(values):.0f} | {', '.join(f'{v:.0f}' for v in values)} |")
+        runs = ", ".join(f"{value:.0f}" for value in values)
+        print(f"| {label} | {statistics.median(values):.0f} ({min(values):.0f}) | {runs} |")
     if baseline:
         base, this = (statistics.median(values) for values in results.values())
-        print(f"this tree ÷ baseline: {this / base:.3f} ({this - base:+.0f} µs)")
+        print(
+            f"this tree ÷ baseline: {this / base:.3f} ({this - base:+.0f}); by minimum {min(results[label]) / min(next(iter(results.values()))):.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -122,3 +122,32 @@ def test_authenticated_create_is_one_token_select_and_one_insert(
     assert response.status_code == 200
     statements = [query["sql"].split()[0].upper() for query in captured.captured_queries]
     assert statements == ["SELECT", "INSERT"]
+
+
+def test_create_answer_carries_the_security_headers_and_no_cookie(post_plant):
+    response = post_plant({"id": 1, "name": "Monstera"})
+
+    assert response.status_code == 200
+    assert response["X-Frame-Options"] == "DENY"
+    assert response["X-Content-Type-Options"] == "nosniff"
+    assert response["Referrer-Policy"] == "same-origin"
+    assert response["Cross-Origin-Opener-Policy"] == "same-origin"
+    assert response["Content-Length"] == str(len(response.content))
+    assert not response.cookies
+    assert "Vary" not in response
+
+
+def test_create_skips_the_admin_middleware(post_plant):
+    response = post_plant({"id": 1, "name": "Monstera"})
+
+    # SessionMiddleware would have left the session on the request, CsrfViewMiddleware its cookie hook.
+    assert not hasattr(response.wsgi_request, "session")
+    assert "CSRF_COOKIE_NEEDS_UPDATE" not in response.wsgi_request.META
+
+
+def test_admin_still_runs_the_admin_middleware(client):
+    response = client.get("/admin/login/")
+
+    assert response.status_code == 200
+    assert hasattr(response.wsgi_request, "session")
+    assert "csrftoken" in response.cookies
