@@ -1,6 +1,7 @@
 """POST /plants: what is stored, what is answered, duplicates and safe retries."""
 
 import pytest
+from django.db import IntegrityError
 
 from plants.models import Plant
 
@@ -151,3 +152,14 @@ def test_admin_still_runs_the_admin_middleware(client):
     assert response.status_code == 200
     assert hasattr(response.wsgi_request, "session")
     assert "csrftoken" in response.cookies
+
+
+def test_insert_stores_the_row_create_would_and_refuses_a_taken_id():
+    plant = Plant(id=5, name="Fern")
+    Plant.objects.insert(plant)
+
+    stored = Plant.objects.get(id=5)
+    assert (stored.name, stored.tag, stored.created_at) == ("Fern", None, plant.created_at)
+    assert not plant._state.adding
+    with pytest.raises(IntegrityError):
+        Plant.objects.insert(Plant(id=5, name="Fern"))
