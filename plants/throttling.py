@@ -3,7 +3,6 @@
 import functools
 import logging
 import math
-import threading
 import time
 from dataclasses import dataclass
 
@@ -91,22 +90,17 @@ class TokenRateThrottle(BaseThrottle):
 
     The count is left on the request (`request.rate_limit`) for add_rate_limit_headers.
     A store that cannot be reached fails closed: 503 SERVICE_UNAVAILABLE, never an unlimited pass.
-    One instance serves every request (PlantViewSet): DRF asks wait() right after a refusal, on
-    the same thread, so the count wait() reads is kept per thread.
     """
-
-    def __init__(self):
-        self.local = threading.local()
 
     def allow_request(self, request, view) -> bool:
         policy = rate_policy(settings.PLANTS_THROTTLE_RATE)
         if policy is None or not isinstance(request.auth, ApiToken):
             return True
-        request.rate_limit = self.local.counted = rate_limit_count(request.auth, policy)
-        return self.local.counted.allowed
+        request.rate_limit = self.counted = rate_limit_count(request.auth, policy)
+        return self.counted.allowed
 
     def wait(self) -> float:
-        return self.local.counted.reset
+        return self.counted.reset
 
 
 def add_rate_limit_headers(request, response) -> None:

@@ -1,6 +1,5 @@
 """HTTP views: the create-only plant endpoint, the health check, metrics, and JSON error handlers."""
 
-import functools
 import hmac
 
 from django.conf import settings
@@ -32,33 +31,10 @@ class PlantViewSet(mixins.CreateModelMixin, viewsets.GenericViewSet):
         plant = plant_create(**serializer.validated_data)
         return Response(plant_representation(plant), status=status.HTTP_200_OK)
 
-    # DRF makes each of these anew for every request. None keeps state from one call to the next
-    # (TokenRateThrottle keeps a request's count per thread), so each is made once and shared.
-    def get_authenticators(self):
-        return shared_instances(tuple(self.authentication_classes))
-
-    def get_permissions(self):
-        return shared_instances(tuple(self.permission_classes))
-
-    def get_throttles(self):
-        return shared_instances(tuple(self.throttle_classes))
-
-    def get_parsers(self):
-        return shared_instances(tuple(self.parser_classes))
-
-    def get_renderers(self):
-        return shared_instances(tuple(self.renderer_classes))
-
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)
         add_rate_limit_headers(request, response)
         return response
-
-
-@functools.cache
-def shared_instances(classes: tuple) -> tuple:
-    """One instance of each class, for every request (a settings change brings new classes)."""
-    return tuple(cls() for cls in classes)
 
 
 def read_json_object(request) -> dict:

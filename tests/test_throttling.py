@@ -230,29 +230,3 @@ def test_quota_is_exact_across_worker_processes_and_servers(gunicorn, request, t
             remaining.append(int(r))
     assert sorted(remaining) == list(range(QUOTA))
     assert Plant.objects.count() == QUOTA
-
-
-def test_one_shared_throttle_tells_each_thread_its_own_wait():
-    from threading import Barrier
-
-    from plants.throttling import RateLimitCount, TokenRateThrottle
-
-    throttle, policy = TokenRateThrottle(), RatePolicy(limit=1, window=60)
-    both_counted = Barrier(2)
-
-    def refused_with(reset: int) -> float:
-        throttle.local.counted = RateLimitCount(policy, count=2, reset=reset)
-        both_counted.wait()  # the other thread has counted its own request in between
-        return throttle.wait()
-
-    with ThreadPoolExecutor(2) as pool:
-        assert list(pool.map(refused_with, [7, 42])) == [7, 42]
-
-
-def test_the_view_makes_its_authenticators_throttles_parsers_and_renderers_once():
-    from plants.views import PlantViewSet
-
-    first, second = PlantViewSet(), PlantViewSet()
-
-    for get in ("get_authenticators", "get_permissions", "get_throttles", "get_parsers", "get_renderers"):
-        assert getattr(first, get)() is getattr(second, get)()
