@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .DEFAULT_GOAL := help
-.PHONY: help run serve cluster bench bench-levers bench-stack bench-cluster profile test lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
+.PHONY: help run serve cluster bench bench-levers bench-stack bench-inprocess bench-cluster profile test lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -96,6 +96,10 @@ bench-stack: $(VENV)/.dev ## app servers behind nginx (uWSGI, gunicorn gthread/s
 	scripts/debian-packages postgresql wrk nginx
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
 		scripts/with-postgres $(PYTHON) -m bench.stack_levers
+
+bench-inprocess: $(VENV)/.dev ## CPU µs per POST /plants in-process (WSGI app called directly, PostgreSQL); BASELINE=<commit> for an A/B
+	scripts/debian-packages postgresql
+	PG_TCP_PORT=$${PG_TCP_PORT:-55432} scripts/with-postgres $(PYTHON) -m bench.inprocess
 
 profile: $(VENV)/.dev ## profile POST /plants under load with py-spy: writes bench/flamegraph.svg, prints CPU per request by part
 	scripts/debian-packages postgresql wrk

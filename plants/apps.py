@@ -10,7 +10,7 @@ class PlantsConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
 
-        from plants import schema  # noqa: F401 - registers the OpenAPI bearer scheme
+        from plants import checks, schema  # noqa: F401 - register the system checks, the OpenAPI bearer scheme
         from plants.throttling import rate_policy
 
         rate_policy(settings.PLANTS_THROTTLE_RATE)  # a bad rate stops the start, naming the variable

@@ -1,5 +1,8 @@
 """The wire shapes NewPlant (request) and Plant (response), with every field rule of the contract."""
 
+import functools
+
+from django.utils.functional import cached_property
 from rest_framework import serializers
 
 from plants.models import PLANT_NAME_MAX_LENGTH, PLANT_TAG_MAX_LENGTH, Plant
@@ -47,6 +50,13 @@ class NewPlantSerializer(serializers.Serializer):
         max_length=PLANT_TAG_MAX_LENGTH, required=False, help_text="Tag that specifies the type of the plant"
     )
 
+    @cached_property
+    def fields(self):
+        # DRF deep-copies and binds every declared field for each serializer instance, so that one
+        # may change its fields; ours never do, and validating reads a field without changing it
+        # (tests/test_validation.py checks both, across threads), so each class binds them once.
+        return bound_fields(type(self))
+
     def to_internal_value(self, data):
         unknown = {
             key: ["Unknown field; a NewPlant has only id, name and tag."] for key in data if key not in self.fields
@@ -58,6 +68,18 @@ class NewPlantSerializer(serializers.Serializer):
         if unknown:
             raise serializers.ValidationError(unknown)
         return values
+
+
+@functools.cache
+def bound_fields(serializer_class: type[serializers.Serializer]) -> dict:
+    """The class's declared fields, copied and bound once to an instance of it, as DRF binds them.
+
+    Each field's validators, which DRF makes on first use, are made here, so no request sets them.
+    """
+    fields = serializers.Serializer.fields.real_func(serializer_class())
+    for field in fields.values():
+        field.validators  # noqa: B018
+    return fields
 
 
 class PlantSerializer(NewPlantSerializer):

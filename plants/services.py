@@ -21,7 +21,8 @@ def plant_create(*, id: int, name: str, tag: str | None = None) -> Plant:
     """
     try:
         with _savepoint_if_nested():
-            plant = Plant.objects.create(id=id, name=name, tag=tag)
+            plant = Plant(id=id, name=name, tag=tag)
+            Plant.objects.insert(plant)
     except IntegrityError:
         stored = Plant.objects.filter(id=id).first()
         if stored is None:

@@ -66,15 +66,26 @@ MIDDLEWARE = [
     "plants.metrics.RequestMetricsMiddleware",  # first, so it times and counts every answer
     "plants.middleware.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "django.middleware.common.CommonMiddleware",  # Content-Length on every answer
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "plants.middleware.AdminMiddleware",  # ADMIN_MIDDLEWARE, for every path but the API's
+]
+# The API's paths: their views need none of the admin's middleware (no cookies, sessions, forms or
+# static files), and every request to them skips it. Every other path (the admin, /docs, a 404) runs it.
+PLANTS_API_PATHS = ["/plants", "/healthz", "/livez", "/metrics"]
+# What only the admin, /docs and static files need, run by AdminMiddleware for every path but
+# PLANTS_API_PATHS: the API reads no cookie, session or form, and sets none. In Django's recommended order.
+ADMIN_MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",  # last, as django-axes requires
 ]
+# The admin's, axes' and the deploy check's CSRF warning look in MIDDLEWARE only; plants.checks
+# checks that ADMIN_MIDDLEWARE holds each of them, and that AdminMiddleware runs it.
+SILENCED_SYSTEM_CHECKS = ["admin.E408", "admin.E409", "admin.E410", "axes.W002", "security.W003"]
 
 # Admin logins: django-axes counts failures per (user name, client address) and per client address,
 # in the database so every worker and server shares them, and refuses that pair, or that client,

@@ -1,6 +1,7 @@
 """POST /plants: what is stored, what is answered, duplicates and safe retries."""
 
 import pytest
+from django.db import IntegrityError, transaction
 
 from plants.models import Plant
 
@@ -122,3 +123,43 @@ def test_authenticated_create_is_one_token_select_and_one_insert(
     assert response.status_code == 200
     statements = [query["sql"].split()[0].upper() for query in captured.captured_queries]
     assert statements == ["SELECT", "INSERT"]
+
+
+def test_create_answer_carries_the_security_headers_and_no_cookie(post_plant):
+    response = post_plant({"id": 1, "name": "Monstera"})
+
+    assert response.status_code == 200
+    assert response["X-Frame-Options"] == "DENY"
+    assert response["X-Content-Type-Options"] == "nosniff"
+    assert response["Referrer-Policy"] == "same-origin"
+    assert response["Cross-Origin-Opener-Policy"] == "same-origin"
+    assert response["Content-Length"] == str(len(response.content))
+    assert not response.cookies
+    assert "Vary" not in response
+
+
+def test_create_skips_the_admin_middleware(post_plant):
+    response = post_plant({"id": 1, "name": "Monstera"})
+
+    # SessionMiddleware would have left the session on the request, CsrfViewMiddleware its cookie hook.
+    assert not hasattr(response.wsgi_request, "session")
+    assert "CSRF_COOKIE_NEEDS_UPDATE" not in response.wsgi_request.META
+
+
+def test_admin_still_runs_the_admin_middleware(client):
+    response = client.get("/admin/login/")
+
+    assert response.status_code == 200
+    assert hasattr(response.wsgi_request, "session")
+    assert "csrftoken" in response.cookies
+
+
+def test_insert_stores_the_row_create_would_and_refuses_a_taken_id():
+    plant = Plant(id=5, name="Fern")
+    Plant.objects.insert(plant)
+
+    stored = Plant.objects.get(id=5)
+    assert (stored.name, stored.tag, stored.created_at) == ("Fern", None, plant.created_at)
+    assert not plant._state.adding
+    with pytest.raises(IntegrityError), transaction.atomic():  # a savepoint: the test's transaction lives on
+        Plant.objects.insert(Plant(id=5, name="Fern"))

@@ -219,10 +219,10 @@ def test_unexpected_api_exception_returns_500_internal_error_body(post_plant, mo
 
 
 def test_database_outage_during_create_returns_503_error_body(post_plant, monkeypatch):
-    def unreachable(**kwargs):
+    def unreachable(*args, **kwargs):
         raise OperationalError("connection refused")
 
-    monkeypatch.setattr("plants.models.Plant.objects.create", unreachable)
+    monkeypatch.setattr("plants.models.Plant.objects.insert", unreachable)
 
     response = post_plant({"id": 1, "name": "Rose"})
 

@@ -37,3 +37,11 @@ def test_refused_token_is_never_logged(request_log, api_client):
     entry = json.loads(request_log.records[-1].getMessage())
     assert (entry["status"], entry["token"]) == (401, None)
     assert secret not in request_log.text
+
+
+def test_request_without_an_id_gets_a_new_random_one_in_its_line_and_header(request_log, post_plant):
+    first, second = post_plant({"id": 1, "name": "Rose"}), post_plant({"id": 2, "name": "Fern"})
+
+    ids = [json.loads(record.getMessage())["request_id"] for record in request_log.records]
+    assert ids == [first["X-Request-ID"], second["X-Request-ID"]]
+    assert ids[0] != ids[1] and all(len(id_) == 32 and int(id_, 16) >= 0 for id_ in ids)

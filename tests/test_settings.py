@@ -82,10 +82,28 @@ def test_deploy_check_passes_with_the_documented_production_settings():
     result = manage_check("--deploy", "--fail-level", "WARNING", **production)
 
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "System check identified no issues (0 silenced)."
+    # The admin's middleware checks, which plants.checks makes in their place (settings.py).
+    assert result.stdout.strip() == "System check identified no issues (5 silenced)."
 
 
 def test_deploy_check_flags_a_missing_ssl_redirect():
     result = manage_check("--deploy", DJANGO_SECRET_KEY="a-long-random-production-key-0123456789-abcdefghijklmnop")
 
     assert "security.W008" in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize("missing", ["django.middleware.csrf.CsrfViewMiddleware", "axes.middleware.AxesMiddleware"])
+def test_check_fails_when_admin_middleware_lacks_one_the_admin_needs(settings, missing):
+    from plants.checks import admin_middleware_check
+
+    settings.ADMIN_MIDDLEWARE = [name for name in settings.ADMIN_MIDDLEWARE if name != missing]
+
+    assert [error.id for error in admin_middleware_check(None)] == ["plants.E002"]
+
+
+def test_check_fails_when_admin_middleware_is_not_run(settings):
+    from plants.checks import admin_middleware_check
+
+    settings.MIDDLEWARE = [name for name in settings.MIDDLEWARE if name != "plants.middleware.AdminMiddleware"]
+
+    assert [error.id for error in admin_middleware_check(None)] == ["plants.E001"]

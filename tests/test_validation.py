@@ -123,3 +123,29 @@ def test_strings_are_stored_exactly_as_sent(post_plant):
 
     assert (response.status_code, response.json()) == (200, body)
     assert list(Plant.objects.values_list("id", "name", "tag")) == [(1, "  Monstera deliciosa ", "\taroid\n")]
+
+
+def test_serializers_share_fields_that_validating_never_changes_even_across_threads():
+    import copy
+    from concurrent.futures import ThreadPoolExecutor
+
+    from plants.serializers import NewPlantSerializer
+
+    fields = NewPlantSerializer().fields
+    before = {name: copy.copy(vars(field)) for name, field in fields.items()}
+    bodies = [{"id": n, "name": f"Plant {n}"} if n % 2 else {"id": str(n), "name": "", "x": 1} for n in range(400)]
+
+    def validate(body):
+        serializer = NewPlantSerializer(data=body)
+        return serializer.is_valid(), serializer.errors
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(validate, bodies))
+
+    assert NewPlantSerializer().fields is fields
+    assert {name: vars(field) for name, field in fields.items()} == before
+    for n, (valid, errors) in enumerate(results):
+        if n % 2:
+            assert (valid, errors) == (True, {})
+        else:
+            assert not valid and sorted(errors) == ["id", "name", "x"]
