@@ -81,7 +81,7 @@ MIDDLEWARE = [
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 AXES_FAILURE_LIMIT = env_int("PLANTS_ADMIN_LOGIN_FAILURES", 5)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("PLANTS_ADMIN_LOCKOUT_MINUTES", 15))
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "plants.views.client_ip"
 AXES_LOCKOUT_CALLABLE = "plants.views.login_locked_out"
