@@ -206,6 +206,9 @@ HAPROXY_REFUSES = {
     "bad-chunk-size",
 }
 HAPROXY_400 = b"<html><body><h1>400 Bad request</h1>\nYour browser sent an invalid request.\n</body></html>\n"
+HAPROXY_413 = (
+    b"<html><body><h1>413 Payload Too Large</h1>\nThe request entity exceeds the maximum allowed.\n</body></html>\n"
+)
 
 
 def assert_refused(answer: tuple, code: ErrorCode, by_haproxy: bool = False) -> None:
@@ -230,6 +233,17 @@ def test_server_refusal_returns_error_body_with_catalog_code(topology, name, dat
     answer = raw_request(topology.port, data)
 
     assert_refused(answer, code, by_haproxy=topology.name == "cluster" and name in HAPROXY_REFUSES)
+
+
+def test_http_1_0_get_with_a_body_is_refused_only_by_haproxy(topology):
+    status, headers, body = raw_request(
+        topology.port, b"GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 3\r\n\r\nabc"
+    )
+
+    if topology.name == "serve":
+        assert (status, json.loads(body)) == (200, {"status": "ok"})
+    else:  # HAProxy's parser refuses it (README, Which hop answers): its own page
+        assert (status, headers["Content-Type"], body) == (413, "text/html", HAPROXY_413)
 
 
 def test_chunked_create_is_stored(topology):
@@ -376,6 +390,26 @@ def test_slow_clients_hold_no_app_thread(topology):
     assert all(status == 200 and seconds < 2 for status, seconds in timings), timings
     assert (after[0], json.loads(after[2])) == (200, {"id": 8100, "name": "After"})
     assert login_page[0] == 200 and "csrfmiddlewaretoken" in login_page[2]
+
+
+# How long each edge waits for a request's headers (nginx's client_header_timeout, HAProxy's
+# timeout http-request) before it closes the connection.
+HEADER_TIMEOUT = {"serve": 15, "cluster": 10}
+
+
+def test_client_that_stops_sending_headers_is_dropped_without_an_answer(topology):
+    timeout = HEADER_TIMEOUT[topology.name]
+    with socket.create_connection(("127.0.0.1", topology.port), timeout=timeout + 5) as conn:
+        conn.sendall(b"POST /plants HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Stalled: ")
+        started = time.monotonic()
+        try:
+            received = conn.recv(65536)
+        except ConnectionResetError:  # nginx resets a timed-out connection (reset_timedout_connection)
+            received = b""
+        waited = time.monotonic() - started
+
+    assert received == b""  # neither an HTML page nor an Error body: nothing
+    assert timeout - 1 < waited < timeout + 3, waited
 
 
 def cpu_ticks(pid: int) -> int:
