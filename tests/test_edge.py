@@ -82,7 +82,7 @@ ADMIN_PASSWORD = "the-right-password-" + "y" * 12
 
 @pytest.fixture(scope="module", params=["serve", CLUSTER, "tls"])
 def login_topology(request):
-    """The three topologies, each with a superuser `admin` and no failed login on record."""
+    """The three topologies, each with a superuser `admin` (each test starts with `axes_reset`)."""
     topology = request.getfixturevalue(f"{request.param}_topology")
     topology.manage(
         "createsuperuser",
@@ -96,7 +96,7 @@ def login_topology(request):
     return topology
 
 
-def exchange(port: int, data: bytes, linger: float = 1.0) -> tuple[int, dict, bytes, bytes]:
+def exchange(port: int, data: bytes, linger: float = 1.0) -> tuple[int, http.client.HTTPMessage, bytes, bytes]:
     """Send bytes as they are; (status, headers, body) of the first answer, and whatever else the
     server sent on that connection before closing it or going quiet for `linger` seconds."""
     received = b""
@@ -128,7 +128,7 @@ class _Received:
         return self.stream
 
 
-def raw_request(port: int, data: bytes) -> tuple[int, dict, bytes]:
+def raw_request(port: int, data: bytes) -> tuple[int, http.client.HTTPMessage, bytes]:
     status, headers, body, _ = exchange(port, data, linger=0.2)
     return status, headers, body
 
@@ -152,7 +152,7 @@ PLANT = b'{"id": 1, "name": "Fern"}'
 CHUNKED_PLANT = b"%x\r\n" % len(PLANT) + PLANT + b"\r\n0\r\n\r\n"
 
 # What the edge refuses itself, and the catalog code of nginx's Error body (make serve; in the
-# cluster too, unless HAProxY_REFUSES names it). tests/test_error_catalog.py counts these as the
+# cluster too, unless HAPROXY_REFUSES names it). tests/test_error_catalog.py counts these as the
 # way its edge-only codes are reached.
 EDGE_REFUSALS = [
     (
