@@ -5,11 +5,14 @@ import http.client
 import io
 import json
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
@@ -24,9 +27,19 @@ from tests.topologies import TLS_PROXY_ADDRESS, Served, TlsProxy, topology_of_cl
 pytestmark = pytest.mark.live
 
 
+# Each topology's files live in a folder of its own, not pytest's tmp_path: pytest deletes all but
+# the 3 newest of those, and other test runs on the machine may start while these servers run.
 @pytest.fixture(scope="module")
-def serve_topology(tmp_path_factory):
-    served = Served(tmp_path_factory.mktemp("edge")).start()
+def work_dir():
+    folder = Path(tempfile.mkdtemp(prefix="plantstore-edge."))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def serve_topology(work_dir):
+    (work_dir / "serve").mkdir()
+    served = Served(work_dir / "serve").start()
     try:
         yield topology_of_served(served)
     finally:
@@ -34,9 +47,11 @@ def serve_topology(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def cluster_topology(django_db_setup, django_db_blocker, tmp_path_factory):
-    work_dir = tmp_path_factory.mktemp("cluster")
-    cluster = live_cluster(connection.settings_dict, work_dir, DJANGO_STATIC_ROOT=str(work_dir / "static"))
+def cluster_topology(django_db_setup, django_db_blocker, work_dir):
+    (work_dir / "cluster").mkdir()
+    cluster = live_cluster(
+        connection.settings_dict, work_dir / "cluster", DJANGO_STATIC_ROOT=str(work_dir / "cluster" / "static")
+    )
     # The admin's pages need their static files collected, as scripts/cluster does.
     subprocess.run(
         [sys.executable, "manage.py", "collectstatic", "--no-input", "-v", "0"], cwd=ROOT, env=cluster.env, check=True
@@ -61,10 +76,11 @@ def topology(request):
 
 
 @pytest.fixture(scope="module")
-def tls_topology(tmp_path_factory):
+def tls_topology(work_dir):
     """make serve behind a TLS-terminating proxy, as README's Deploying says: the unit believes the
     X-Forwarded-For of the proxy's one address, and no one else's."""
-    served = Served(tmp_path_factory.mktemp("tls"), PLANTS_TRUSTED_PROXIES=TLS_PROXY_ADDRESS).start()
+    (work_dir / "tls").mkdir()
+    served = Served(work_dir / "tls", PLANTS_TRUSTED_PROXIES=TLS_PROXY_ADDRESS).start()
     try:
         proxy = TlsProxy(served.port).start()
     except BaseException:
