@@ -68,7 +68,10 @@ class Served:
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> None:
-        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)
+        except ProcessLookupError:  # it had stopped already (its log says why)
+            pass
         self.process.wait(timeout=40)
 
 
