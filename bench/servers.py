@@ -3,52 +3,15 @@ nginx in front of an app server on a unix socket): the service as `make serve` r
 and the app servers measured against uWSGI, each put behind the same nginx."""
 
 import os
-import re
 from pathlib import Path
 
 from deploy.app_server import uwsgi_command
 from deploy.processes import BIN, ROOT, free_port
-from deploy.unit import Unit
+from deploy.unit import Unit, http_upstream
 
 PEER_PYTHON = Path(os.environ.get("BENCH_PEER_PYTHON", ROOT / ".venv" / "peers" / "bin" / "python"))
 DJANGO_PEERS_BIN = ROOT / ".venv" / "django-peers" / "bin"
 PEER_WORKERS = 2
-# nginx's idle timeout on its upstream connections: below every HTTP app server's own (gunicorn's
-# keepalive 5 s, uvicorn's --timeout-keep-alive 5 s, granian's 30 s), so nginx never sends a
-# request on a connection the app is closing.
-UPSTREAM_IDLE_S = 4
-HTTP_LOCATION = """        location / {
-            proxy_pass http://app;
-            proxy_http_version 1.1;
-            proxy_request_buffering on;
-            proxy_buffering on;
-            proxy_set_header Host $http_host;
-            proxy_set_header X-Real-IP $remote_addr;
-            proxy_set_header Connection "";
-            proxy_read_timeout 35s;
-        }
-"""
-
-
-def http_upstream(keepalive: bool):
-    """An edit of deploy/nginx.conf for an HTTP app server: proxy_pass in place of uwsgi_pass,
-    with upstream keep-alive (as nginx's users configure it) or a new connection per request."""
-
-    def edit(text: str) -> str:
-        text, found = re.subn(
-            r"        location / \{\n.*?\n        \}\n", lambda _: HTTP_LOCATION, text, count=1, flags=re.S
-        )
-        if not found:
-            raise RuntimeError("bench.servers: deploy/nginx.conf has no `location / {` block")
-        if keepalive:
-            text = re.sub(
-                r"(        server unix:[^;]+;\n)",
-                rf"\1        keepalive 32;\n        keepalive_timeout {UPSTREAM_IDLE_S}s;\n",
-                text,
-            )
-        return text
-
-    return edit
 
 
 def unit(name: str, log_dir: Path, app_command: list[str] | None = None, nginx_edit=None, **env: str) -> Unit:

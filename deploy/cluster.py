@@ -1,4 +1,4 @@
-"""`make cluster`'s topology: HAProxy in front of N production units, PgBouncer, Redis.
+"""`make cluster`'s topology: the front (nginx), HAProxy in front of N production units, PgBouncer, Redis.
 
 Each server reads its config from deploy/cluster/ (templates whose $NAMEs are filled in here).
 scripts/cluster runs it until stopped; the tests and `make bench-cluster` start the same classes.
@@ -6,6 +6,7 @@ scripts/cluster runs it until stopped; the tests and `make bench-cluster` start 
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -13,10 +14,10 @@ from pathlib import Path
 from urllib.parse import quote
 
 from deploy.processes import ROOT, ServerProcess, free_port, http_status, render, stop_process, wait_until
-from deploy.unit import Unit
+from deploy.unit import Unit, http_upstream, nginx_command, render_nginx_conf
 
 DEPLOY = ROOT / "deploy" / "cluster"
-# Where HAProxy connects from, on one machine: the units' nginx trusts its X-Forwarded-For.
+# Where the front and HAProxy connect from, on one machine: the units' nginx trusts their X-Forwarded-For.
 BALANCER_ADDRESS = "127.0.0.1"
 
 
@@ -191,9 +192,52 @@ class HAProxy:
         self.server.stop()
 
 
+class Front:
+    """The cluster's edge: nginx on `port` with deploy/nginx.conf, the same edge rules as every unit's
+    (defined once), in front of HAProxy on `upstream_port`. It reads every request whole before
+    HAProxy sees it, so slow clients hold an nginx connection and every refusal of bad HTTP is one of
+    its Error bodies (HAProxy 2.6 answers its parser's refusals with a built-in HTML page). It names
+    the client in X-Forwarded-For, whatever the client sent."""
+
+    def __init__(self, port: int, upstream_port: int, work_dir: Path, supervised: bool = False):
+        self.port, self.upstream_port = port, upstream_port
+        self.url = f"http://127.0.0.1:{port}"
+        self.run_dir = work_dir / "front"
+        self.log_path = work_dir / "front.log"
+        self.supervised = supervised
+        self.server: ServerProcess | None = None
+
+    @property
+    def process(self) -> subprocess.Popen | None:
+        return self.server.process if self.server else None
+
+    def start(self) -> "Front":
+        self.run_dir.mkdir(mode=0o755, exist_ok=True)
+        self.run_dir.chmod(0o755)  # nginx's workers (nobody, when started as root) use its temp folders
+        upstream, listen = f"127.0.0.1:{self.upstream_port}", f"127.0.0.1:{self.port}"
+        conf = render_nginx_conf(self.run_dir, upstream, listen, [], http_upstream(keepalive=True))
+        self.server = ServerProcess(
+            "front", nginx_command(self.run_dir, conf), dict(os.environ), self.log_path, self.supervised
+        )
+        self.server.launch()
+        try:
+            wait_until(lambda: http_status(f"{self.url}/healthz") == 200, self.process, 30, "the front (nginx)")
+        except RuntimeError as error:
+            self.stop()
+            raise RuntimeError(f"{error}: {self.server.log()}") from None
+        return self
+
+    def log(self) -> str:
+        return self.server.log() if self.server else ""
+
+    def stop(self) -> None:
+        if self.server:
+            self.server.stop(timeout=40, sig=signal.SIGQUIT)  # graceful: answers what it holds
+
+
 class Cluster:
-    """HAProxy on `port` in front of `app_servers` production units (each nginx and the app server,
-    as if on its own host), PgBouncer pooling by transaction in front of the PostgreSQL of
+    """The front (nginx) on `port`, HAProxy behind it in front of `app_servers` production units
+    (each nginx and the app server, as if on its own host), PgBouncer pooling by transaction in front of the PostgreSQL of
     `settings_dict`, and Redis for the rate-limit counters they share."""
 
     def __init__(
@@ -213,7 +257,8 @@ class Cluster:
             "DATABASE_URL": self.pgbouncer.url,
             "DJANGO_DB_PREPARED_STATEMENTS": "0",  # PgBouncer 1.18 in transaction mode
             "REDIS_URL": self.redis.url,
-            # HAProxy names the client in X-Forwarded-For; each unit's nginx believes only HAProxy.
+            # The front names the client in X-Forwarded-For and HAProxy adds the front's address; each
+            # unit's nginx believes only those two, which connect from BALANCER_ADDRESS.
             "PLANTS_TRUSTED_PROXIES": BALANCER_ADDRESS,
             **env,
         }
@@ -227,8 +272,9 @@ class Cluster:
             )
             for n in range(app_servers)
         ]
-        self.haproxy = HAProxy(port or free_port(), self.units, work_dir, supervised)
-        self.url = self.haproxy.url
+        self.haproxy = HAProxy(free_port(), self.units, work_dir, supervised)
+        self.front = Front(port or free_port(), self.haproxy.port, work_dir, supervised)
+        self.url = self.front.url
 
     def start(self) -> "Cluster":
         try:
@@ -239,6 +285,7 @@ class Cluster:
             for unit in self.units:
                 unit.wait_ready()
             self.haproxy.start()
+            self.front.start()
         except BaseException:
             self.stop()
             raise
@@ -259,5 +306,5 @@ class Cluster:
         say("every unit restarted")
 
     def stop(self) -> None:
-        for server in [self.haproxy, *self.units, self.pgbouncer, self.redis]:
+        for server in [self.front, self.haproxy, *self.units, self.pgbouncer, self.redis]:
             server.stop()

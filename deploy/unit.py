@@ -7,6 +7,7 @@ they prove is what production runs.
 
 import ipaddress
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -51,6 +52,49 @@ def render_nginx_conf(run_dir: Path, upstream: str, listen: str, proxies: list[s
     path = run_dir / "nginx.conf"
     path.write_text(text)
     return path
+
+
+# deploy/nginx.conf's `location /` for an HTTP upstream instead of uWSGI: HAProxy behind the
+# cluster's front (deploy/cluster.py), or an HTTP app server in the bench. X-Forwarded-For names the
+# client as nginx saw it, whatever the client sent.
+HTTP_LOCATION = """        location / {
+            proxy_pass http://app;
+            proxy_http_version 1.1;
+            proxy_request_buffering on;
+            proxy_buffering on;
+            proxy_set_header Host $http_host;
+            proxy_set_header X-Forwarded-For $remote_addr;
+            proxy_set_header X-Real-IP $remote_addr;
+            proxy_set_header Connection "";
+            proxy_read_timeout 40s;
+        }
+"""
+# nginx's idle timeout on its upstream connections: below every HTTP upstream's own (HAProxy's 10 s,
+# gunicorn's keepalive 5 s, uvicorn's --timeout-keep-alive 5 s, granian's 30 s), so nginx never sends
+# a request on a connection the upstream is closing.
+UPSTREAM_IDLE_S = 4
+
+
+def http_upstream(keepalive: bool):
+    """An edit for render_nginx_conf: proxy_pass to an HTTP upstream in place of uwsgi_pass, with
+    upstream keep-alive (as nginx's users configure it) or a new connection per request."""
+
+    def edit(text: str) -> str:
+        text, found = re.subn(
+            r"        location / \{\n.*?\n        \}\n", lambda _: HTTP_LOCATION, text, count=1, flags=re.S
+        )
+        if not found:
+            raise RuntimeError("deploy/nginx.conf has no `location / {` block")
+        if keepalive:
+            upstream = rf"\1        keepalive 32;\n        keepalive_timeout {UPSTREAM_IDLE_S}s;\n"
+            text = re.sub(r"(        server [^;]+;\n)", upstream, text, count=1)
+        return text
+
+    return edit
+
+
+def nginx_command(run_dir: Path, conf: Path) -> list[str]:
+    return [shutil.which("nginx") or "/usr/sbin/nginx", "-p", str(run_dir), "-c", str(conf), "-g", "daemon off;"]
 
 
 def empty_metrics_folder(folder: Path) -> None:
@@ -110,9 +154,8 @@ class Unit:
         self.app.launch()
         wait_until(self.socket_path.exists, self.app.process, 60, f"{self.name}: the app server's socket")
         conf = render_nginx_conf(self.run_dir, f"unix:{self.socket_path}", self.listen, self.proxies, self.nginx_edit)
-        nginx = [shutil.which("nginx") or "/usr/sbin/nginx", "-p", str(self.run_dir), "-c", str(conf)]
         self.nginx = ServerProcess(
-            "nginx", [*nginx, "-g", "daemon off;"], dict(os.environ), self.log_path, self.supervised
+            "nginx", nginx_command(self.run_dir, conf), dict(os.environ), self.log_path, self.supervised
         )
         self.nginx.launch()
 

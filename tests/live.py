@@ -269,6 +269,10 @@ class MakeServe:
         """The first of make serve's processes whose command line contains `name`."""
         return next(pid for pid in self.descendants() if name in Path(f"/proc/{pid}/cmdline").read_bytes())
 
+    def app_workers(self) -> list[int]:
+        """The app server's workers: the children of its master, the first uWSGI among make serve's processes."""
+        return children(self.pid_of(b"bin/uwsgi"))
+
     def stored_ids(self) -> set[int]:
         with sqlite3.connect(self.database) as connection:
             return {row[0] for row in connection.execute("SELECT id FROM plants_plant")}

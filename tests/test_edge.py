@@ -1,112 +1,156 @@
-"""The HTTP edge as `make serve` runs it (nginx in front of the app server), tried with real sockets."""
+"""The HTTP edge, tried with real sockets, with the same cases in each topology the README offers:
+`make serve` (a production unit: nginx in front of uWSGI) and `make cluster` (nginx, the same edge,
+in front of HAProxy in front of such units)."""
 
 import http.client
+import io
 import json
-import os
 import re
-import signal
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
+from django.core.management import call_command
+from django.db import connection
 
-from deploy.processes import ROOT, free_port
+from deploy.processes import ROOT
 from plants.exceptions import ErrorCode
-from tests.live import request, wait_until_healthy
+from tests.live import MakeServe, live_cluster, request
+from tests.topologies import TLS_PROXY_ADDRESS, TlsProxy, topology_of_cluster, topology_of_served
 
 pytestmark = pytest.mark.live
-VENV = Path(sys.executable).parent.parent
 
 
-class Served:
-    """`make serve` on a throwaway SQLite database, in its own process group."""
-
-    def __init__(self, tmp: Path, **env: str):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = tmp / "serve.log"
-        self.env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "APP_", "PLANTS_"))},
-            "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}",
-            "DJANGO_SECRET_KEY": "edge-test-secret-key-" + "x" * 40,
-            "DJANGO_STATIC_ROOT": str(tmp / "static"),
-            "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
-            "PLANTS_THROTTLE_RATE": "",
-            "PORT": str(self.port),
-            "APP_PROCESSES": "2",
-            **env,
-        }
-
-    def start(self) -> "Served":
-        # -o: the venv is already set up; make must not try to reinstall it.
-        self.process = subprocess.Popen(
-            ["make", f"VENV={VENV}", "-o", f"{VENV}/.runtime", "serve"],
-            cwd=ROOT,
-            env=self.env,
-            stdout=self.log_path.open("wb"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        if not wait_until_healthy(self.url, self.process, timeout=90):
-            self.stop()
-            raise RuntimeError(f"make serve did not come up:\n{self.log()}")
-        return self
-
-    def token(self) -> str:
-        return subprocess.run(
-            [sys.executable, "manage.py", "token", "issue", "edge-client"],
-            cwd=ROOT,
-            env=self.env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-
-    def app_server_workers(self) -> list[int]:
-        """The pids of app server's workers: the children of the app server among make's descendants."""
-
-        def children(pid: int) -> list[int]:
-            path = Path(f"/proc/{pid}/task/{pid}/children")
-            return [int(child) for child in path.read_text().split()] if path.exists() else []
-
-        pending, descendants = [self.process.pid], []
-        while pending:
-            pid = pending.pop(0)
-            descendants.append(pid)
-            pending.extend(children(pid))
-        master = next(pid for pid in descendants if b"bin/uwsgi" in Path(f"/proc/{pid}/cmdline").read_bytes())
-        return children(master)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        os.killpg(self.process.pid, signal.SIGTERM)
-        self.process.wait(timeout=40)
+# Each topology's files live in a folder of its own, not pytest's tmp_path: pytest deletes all but
+# the 3 newest of those, and other test runs on the machine may start while these servers run.
+@pytest.fixture(scope="module")
+def work_dir():
+    folder = Path(tempfile.mkdtemp(prefix="plantstore-edge."))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    server = Served(tmp_path_factory.mktemp("edge")).start()
-    server.api_token = server.token()
-    yield server
-    server.stop()
+def serve_topology(work_dir):
+    (work_dir / "serve").mkdir()
+    served = MakeServe(work_dir / "serve").start()
+    try:
+        yield topology_of_served(served)
+    finally:
+        served.stop()
 
 
-def raw_request(port: int, data: bytes, timeout: float = 5) -> tuple[int, dict, bytes]:
-    """Send bytes as they are; (status, headers, body) of the answer."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as conn:
+@pytest.fixture(scope="module")
+def cluster_topology(django_db_setup, django_db_blocker, work_dir):
+    (work_dir / "cluster").mkdir()
+    cluster = live_cluster(
+        connection.settings_dict, work_dir / "cluster", DJANGO_STATIC_ROOT=str(work_dir / "cluster" / "static")
+    )
+    # The admin's pages need their static files collected, as scripts/cluster does.
+    subprocess.run(
+        [sys.executable, "manage.py", "collectstatic", "--no-input", "-v", "0"], cwd=ROOT, env=cluster.env, check=True
+    )
+    cluster.start()
+    try:
+        yield topology_of_cluster(cluster)
+    finally:
+        cluster.stop()
+        with django_db_blocker.unblock():  # its plants, token and users go: the next module starts empty
+            call_command("flush", interactive=False)
+
+
+# The cluster runs on the test database (pytest-django sets it up only for tests marked as using it).
+CLUSTER = pytest.param("cluster", marks=[pytest.mark.postgres, pytest.mark.django_db])
+
+
+@pytest.fixture(scope="module", params=["serve", CLUSTER])
+def topology(request):
+    """Each case runs against make serve (SQLite) and make cluster (PostgreSQL through PgBouncer)."""
+    return request.getfixturevalue(f"{request.param}_topology")
+
+
+@pytest.fixture(scope="module")
+def tls_topology(work_dir):
+    """make serve behind a TLS-terminating proxy, as README's Deploying says: the unit believes the
+    X-Forwarded-For of the proxy's one address, and no one else's."""
+    (work_dir / "tls").mkdir()
+    served = MakeServe(work_dir / "tls", PLANTS_TRUSTED_PROXIES=TLS_PROXY_ADDRESS).start()
+    try:
+        proxy = TlsProxy(served.port).start()
+    except BaseException:
+        served.stop()
+        raise
+    try:
+        yield topology_of_served(served, "tls", proxy)
+    finally:
+        proxy.stop()
+        served.stop()
+
+
+ADMIN_PASSWORD = "the-right-password-" + "y" * 12
+
+
+@pytest.fixture(scope="module", params=["serve", CLUSTER, "tls"])
+def login_topology(request):
+    """The three topologies, each with a superuser `admin` (each test starts with `axes_reset`)."""
+    topology = request.getfixturevalue(f"{request.param}_topology")
+    topology.manage(
+        "createsuperuser",
+        "--no-input",
+        "--username",
+        "admin",
+        "--email",
+        "admin@example.com",
+        DJANGO_SUPERUSER_PASSWORD=ADMIN_PASSWORD,
+    )
+    return topology
+
+
+def exchange(port: int, data: bytes, linger: float = 1.0) -> tuple[int, http.client.HTTPMessage, bytes, bytes]:
+    """Send bytes as they are; (status, headers, body) of the first answer, and whatever else the
+    server sent on that connection before closing it or going quiet for `linger` seconds."""
+    received = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
         conn.sendall(data)
-        response = http.client.HTTPResponse(conn)
-        response.begin()
-        return response.status, dict(response.getheaders()), response.read()
+        try:
+            while chunk := conn.recv(65536):
+                received += chunk
+                conn.settimeout(linger)
+        except (TimeoutError, ConnectionResetError):
+            pass
+    stream = _Unclosable(received)
+    response = http.client.HTTPResponse(_Received(stream))
+    response.begin()
+    body = response.read()
+    return response.status, response.headers, body, received[stream.tell() :]
 
 
-def create(port: int, token: str, body: bytes, extra: bytes = b"") -> bytes:
+class _Unclosable(io.BytesIO):
+    def close(self) -> None:  # HTTPResponse closes its file once the body is read; we read on
+        pass
+
+
+class _Received:
+    def __init__(self, stream: io.BytesIO):
+        self.stream = stream
+
+    def makefile(self, mode: str) -> io.BytesIO:
+        return self.stream
+
+
+def raw_request(port: int, data: bytes) -> tuple[int, http.client.HTTPMessage, bytes]:
+    status, headers, body, _ = exchange(port, data, linger=0.2)
+    return status, headers, body
+
+
+def create(token: str, body: bytes, extra: bytes = b"") -> bytes:
     return (
         b"POST /plants HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         + f"Authorization: Bearer {token}\r\n".encode()
@@ -116,72 +160,104 @@ def create(port: int, token: str, body: bytes, extra: bytes = b"") -> bytes:
     )
 
 
-# What nginx refuses itself, and the catalog code its Error body carries (tests/test_error_catalog.py
-# counts these as the way its edge-only codes are reached).
+def post(headers: bytes, body: bytes) -> bytes:
+    """A create with these framing headers and body, as sent (no token: it never needs one)."""
+    return b"POST /plants HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" + headers + b"\r\n" + body
+
+
+PLANT = b'{"id": 1, "name": "Fern"}'
+CHUNKED_PLANT = b"%x\r\n" % len(PLANT) + PLANT + b"\r\n0\r\n\r\n"
+
+# What the edge (nginx, in both topologies) refuses itself, and the catalog code of its Error body.
+# tests/test_error_catalog.py counts these as the way its edge-only codes are reached.
 EDGE_REFUSALS = [
     (
         "header-70kb",
         b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n",
         ErrorCode.HEADERS_TOO_LARGE,
     ),
-    ("url-20kb", b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", ErrorCode.URI_TOO_LONG),
     (
-        "negative-length",
-        b"POST /plants HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -1\r\n\r\n",
+        "header-12kb",
+        b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 12_000 + b"\r\n\r\n",
+        ErrorCode.HEADERS_TOO_LARGE,
+    ),
+    ("url-20kb", b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", ErrorCode.URI_TOO_LONG),
+    ("url-12kb", b"GET /" + b"a" * 12_000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", ErrorCode.URI_TOO_LONG),
+    ("negative-length", post(b"Content-Length: -1\r\n", b""), ErrorCode.BAD_REQUEST),
+    ("not-http", b"GARBAGE\r\n\r\n", ErrorCode.BAD_REQUEST),
+    ("gzip-encoding", post(b"Transfer-Encoding: gzip\r\n", b""), ErrorCode.NOT_IMPLEMENTED),
+    ("body-2mb", post(b"Content-Length: 2000000\r\n", b""), ErrorCode.BODY_TOO_LARGE),
+    (
+        "two-different-lengths",
+        post(b"Content-Length: %d\r\nContent-Length: 4\r\n" % len(PLANT), PLANT),
         ErrorCode.BAD_REQUEST,
     ),
-    ("not-http", b"GARBAGE\r\n\r\n", ErrorCode.BAD_REQUEST),
+    ("nul-in-header", post(b"X-Note: a\x00b\r\nContent-Length: %d\r\n" % len(PLANT), PLANT), ErrorCode.BAD_REQUEST),
     (
-        "gzip-encoding",
-        b"POST /plants HTTP/1.1\r\nHost: 127.0.0.1\r\nTransfer-Encoding: gzip\r\n\r\n",
-        ErrorCode.NOT_IMPLEMENTED,
+        "chunked-then-x",
+        post(b"Transfer-Encoding: chunked\r\nTransfer-Encoding: x\r\n", CHUNKED_PLANT),
+        ErrorCode.BAD_REQUEST,
     ),
+    ("space-before-colon", post(b"Transfer-Encoding : chunked\r\n", CHUNKED_PLANT), ErrorCode.BAD_REQUEST),
     (
-        "body-2mb",
-        b"POST /plants HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2000000\r\n\r\n",
-        ErrorCode.BODY_TOO_LARGE,
+        "bad-chunk-size",
+        post(b"Transfer-Encoding: chunked\r\n", b"zz\r\n" + PLANT + b"\r\n0\r\n\r\n"),
+        ErrorCode.BAD_REQUEST,
     ),
 ]
+EDGE_REFUSAL_IDS = [name for name, _, _ in EDGE_REFUSALS]
 
 
-@pytest.mark.parametrize(("name", "data", "code"), EDGE_REFUSALS, ids=[name for name, _, _ in EDGE_REFUSALS])
-def test_server_refusal_returns_error_body_with_catalog_code(served, name, data, code):
-    status, headers, body = raw_request(served.port, data)
-
-    assert (status, headers["Content-Type"]) == (code // 100, "application/json")
+def assert_refused(answer: tuple, code: ErrorCode) -> None:
+    """An Error body with `code`."""
+    status, headers, body = answer[:3]
+    assert (status, headers["Content-Type"]) == (code // 100, "application/json"), body
     error = json.loads(body)
     assert set(error) == {"error", "message"}
     assert error["error"] == code
 
 
-def test_chunked_body_is_read_through_nginx(served):
-    body = b'{"id": 7001, "name": "Chunked fern"}'
-    chunked = f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n"
-    head = create(served.port, served.api_token, b"", extra=b"Transfer-Encoding: chunked\r\n")
-    head = head.replace(b"Content-Length: 0\r\n", b"")
+@pytest.mark.parametrize(("name", "data", "code"), EDGE_REFUSALS, ids=EDGE_REFUSAL_IDS)
+def test_server_refusal_returns_error_body_with_catalog_code(topology, name, data, code):
+    answer = raw_request(topology.port, data)
 
-    status, _, answer = raw_request(served.port, head + chunked)
-    retry = request(f"{served.url}/plants", {"id": 7001, "name": "Other"}, served.api_token)
+    assert_refused(answer, code)
+
+
+def test_http_1_0_get_with_a_body_is_answered(topology):
+    status, headers, body = raw_request(
+        topology.port, b"GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 3\r\n\r\nabc"
+    )
+
+    assert (status, json.loads(body)) == (200, {"status": "ok"})
+
+
+def test_chunked_create_is_stored(topology):
+    head = create(topology.token, b"", extra=b"Transfer-Encoding: chunked\r\n").replace(b"Content-Length: 0\r\n", b"")
+    body = b'{"id": 7001, "name": "Chunked fern"}'
+
+    status, _, answer = raw_request(topology.port, head + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
+    retry = request(f"{topology.url}/plants", {"id": 7001, "name": "Other"}, topology.token)
 
     assert (status, json.loads(answer)) == (200, {"id": 7001, "name": "Chunked fern"})
-    assert (retry[0], json.loads(retry[2])["error"]) == (400, 40003)  # it was stored
+    assert (retry[0], json.loads(retry[2])["error"]) == (400, ErrorCode.DUPLICATE_ID)  # it was stored
 
 
-def test_health_with_post_returns_405_with_allow(served):
-    status, headers, text = request(f"{served.url}/healthz", {}, method="POST")
+def test_health_with_post_returns_405_with_allow(topology):
+    status, headers, text = request(f"{topology.url}/healthz", {}, method="POST")
 
     assert (status, headers["Allow"]) == (405, "GET, HEAD")
     assert json.loads(text) == {"error": 40500, "message": "Method POST not allowed."}
 
 
-def test_forged_newlines_and_unknown_host_leave_one_line_each_in_the_logs(served):
+def test_forged_newlines_and_unknown_host_leave_one_line_each_in_the_logs(topology):
     forged = '{"method": "GET", "path": "/forged", "status": 200}'
     for path in [f"/x%0a{forged}", f"/x%0d%0a{forged}", f"/x%E2%80%A8{forged}"]:
-        raw_request(served.port, f"GET {path.replace(' ', '%20')} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
-    unknown = raw_request(served.port, b"GET /healthz HTTP/1.1\r\nHost: evil.example\r\n\r\n")
+        raw_request(topology.port, f"GET {path.replace(' ', '%20')} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    unknown = raw_request(topology.port, b"GET /healthz HTTP/1.1\r\nHost: evil.example\r\n\r\n")
     time.sleep(0.5)
 
-    lines = served.log().splitlines()
+    lines = topology.log().splitlines()
     assert (unknown[0], json.loads(unknown[2])["error"]) == (400, 40000)
     # Each forged path is inside its own request's log line, escaped; no line starts with it.
     forged_in = [line for line in lines if "forged" in line]
@@ -192,18 +268,75 @@ def test_forged_newlines_and_unknown_host_leave_one_line_each_in_the_logs(served
     )
     host_lines = [line for line in lines if "evil.example" in line]
     assert len(host_lines) == 1 and " WARNING django.security.DisallowedHost " in host_lines[0]
-    assert "Traceback" not in served.log()
+    assert "Traceback" not in topology.log()
 
 
-def test_slow_clients_do_not_delay_well_behaved_creates(served):
+def smuggling(name: str, frame) -> tuple[str, bytes]:
+    """A create framed by `frame(hidden)` -> (headers, body), hiding GET /smuggled-<name>."""
+    headers, body = frame(b"GET /smuggled-%s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % name.encode())
+    return name, post(headers, body)
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n" % len(data) + data + b"\r\n"
+
+
+# Requests that two hops could frame two ways, each hiding a request where a hop that framed it the
+# other way would see a request of its own.
+SMUGGLING = [
+    smuggling(
+        "cl-te", lambda s: (b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n" % (5 + len(s)), b"0\r\n\r\n" + s)
+    ),
+    smuggling("te-cl", lambda s: (b"Transfer-Encoding: chunked\r\nContent-Length: 4\r\n", chunk(s) + b"0\r\n\r\n")),
+    smuggling(
+        "te-xchunked",
+        lambda s: (b"Transfer-Encoding: xchunked\r\nContent-Length: %d\r\n" % (5 + len(s)), b"0\r\n\r\n" + s),
+    ),
+    smuggling("te-chunked-identity", lambda s: (b"Transfer-Encoding: chunked, identity\r\n", b"0\r\n\r\n" + s)),
+    smuggling(
+        "te-chunked-twice",
+        lambda s: (b"Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n", b"0\r\n\r\n" + s),
+    ),
+    smuggling(
+        "te-space-colon",
+        lambda s: (b"Transfer-Encoding : chunked\r\nContent-Length: %d\r\n" % (5 + len(s)), b"0\r\n\r\n" + s),
+    ),
+    smuggling(
+        "te-tab", lambda s: (b"Transfer-Encoding:\tchunked\r\nContent-Length: %d\r\n" % (5 + len(s)), b"0\r\n\r\n" + s)
+    ),
+    smuggling("same-length-twice", lambda s: (b"Content-Length: %d\r\nContent-Length: %d\r\n" % (len(s), len(s)), s)),
+    smuggling("length-list", lambda s: (b"Content-Length: %d, %d\r\n" % (len(s), len(s)), s)),
+    smuggling("length-plus", lambda s: (b"Content-Length: +%d\r\n" % len(s), s)),
+    smuggling("two-different-lengths", lambda s: (b"Content-Length: 0\r\nContent-Length: %d\r\n" % len(s), s)),
+]
+
+
+# nginx, the edge of both topologies, refuses each: 501 NOT_IMPLEMENTED for a Transfer-Encoding
+# other than `chunked`, 400 for the rest.
+NOT_CHUNKED = {"te-xchunked", "te-chunked-identity", "te-tab"}
+
+
+@pytest.mark.parametrize(("name", "data"), SMUGGLING, ids=[name for name, _ in SMUGGLING])
+def test_smuggled_request_is_refused_or_framed_alike_and_never_reaches_the_app(topology, name, data):
+    status, headers, body, rest = exchange(topology.port, data)
+    time.sleep(0.3)  # a request is logged just after it is answered
+    after = request(f"{topology.url}/healthz")
+
+    assert_refused((status, headers, body), ErrorCode.NOT_IMPLEMENTED if name in NOT_CHUNKED else ErrorCode.BAD_REQUEST)
+    assert rest == b""  # one answer: no second request was answered on that connection
+    assert f"/smuggled-{name}" not in topology.log()
+    assert (after[0], after[2]) == (200, '{"status": "ok"}')
+
+
+def test_slow_clients_hold_no_app_thread(topology):
     slow = []
-    for _ in range(60):  # headers, one byte at a time
-        conn = socket.create_connection(("127.0.0.1", served.port))
+    for _ in range(60):  # headers, one byte a second
+        conn = socket.create_connection(("127.0.0.1", topology.port))
         conn.sendall(b"POST /plants HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
         slow.append(conn)
-    for _ in range(20):  # whole headers, then a body one byte at a time
-        conn = socket.create_connection(("127.0.0.1", served.port))
-        conn.sendall(create(served.port, served.api_token, b"")[:-4] + b"\r\nContent-Length: 4000\r\n\r\n{")
+    for _ in range(20):  # whole headers, then a body one byte a second
+        conn = socket.create_connection(("127.0.0.1", topology.port))
+        conn.sendall(create(topology.token, b"").replace(b"Content-Length: 0\r\n", b"Content-Length: 4000\r\n") + b"{")
         slow.append(conn)
     stop = threading.Event()
 
@@ -219,28 +352,51 @@ def test_slow_clients_do_not_delay_well_behaved_creates(served):
         timings = []
         for plant_id in range(8001, 8013):
             started = time.monotonic()
-            status, _, text = request(f"{served.url}/plants", {"id": plant_id, "name": "Prompt"}, served.api_token)
+            status, _, text = request(f"{topology.url}/plants", {"id": plant_id, "name": "Prompt"}, topology.token)
             timings.append((status, round(time.monotonic() - started, 2)))
     finally:
         stop.set()
         feeder.join()
         for conn in slow:
             conn.close()
+    after = request(f"{topology.url}/plants", {"id": 8100, "name": "After"}, topology.token)
+    login_page = request(f"{topology.url}/admin/login/")
 
     assert all(status == 200 and seconds < 2 for status, seconds in timings), timings
+    assert (after[0], json.loads(after[2])) == (200, {"id": 8100, "name": "After"})
+    assert login_page[0] == 200 and "csrfmiddlewaretoken" in login_page[2]
+
+
+# How long the edge (nginx in both) waits for a request's headers before it closes the connection.
+HEADER_TIMEOUT = 15
+
+
+def test_client_that_stops_sending_headers_is_dropped_without_an_answer(topology):
+    timeout = HEADER_TIMEOUT
+    with socket.create_connection(("127.0.0.1", topology.port), timeout=timeout + 5) as conn:
+        conn.sendall(b"POST /plants HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Stalled: ")
+        started = time.monotonic()
+        try:
+            received = conn.recv(65536)
+        except ConnectionResetError:  # nginx resets a timed-out connection (reset_timedout_connection)
+            received = b""
+        waited = time.monotonic() - started
+
+    assert received == b""  # neither an HTML page nor an Error body: nothing
+    assert timeout - 1 < waited < timeout + 3, waited
 
 
 def cpu_ticks(pid: int) -> int:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
     return int(fields[11]) + int(fields[12])  # utime + stime
 
 
-def test_keep_alive_load_is_shared_by_every_worker(served):
-    workers = served.app_server_workers()
+def test_keep_alive_load_is_shared_by_every_worker(topology):
+    workers = topology.workers()
     before = {pid: cpu_ticks(pid) for pid in workers}
 
     def client():
-        conn = http.client.HTTPConnection("127.0.0.1", served.port, timeout=10)  # one keep-alive connection
+        conn = http.client.HTTPConnection("127.0.0.1", topology.port, timeout=10)  # one keep-alive connection
         for _ in range(150):
             conn.request("GET", "/healthz")
             assert conn.getresponse().read() == b'{"status": "ok"}'
@@ -253,5 +409,81 @@ def test_keep_alive_load_is_shared_by_every_worker(served):
         thread.join()
 
     used = {pid: cpu_ticks(pid) - before[pid] for pid in workers}
-    assert len(workers) == 2
-    assert min(used.values()) >= 0.25 * sum(used.values()), used
+    assert len(workers) == {"serve": 2, "cluster": 4}[topology.name]
+    # Each worker does at least half its even share.
+    assert min(used.values()) >= 0.5 * sum(used.values()) / len(workers), used
+
+
+def admin_login(topology, source: str, password: str, headers: dict | None = None) -> tuple:
+    """Log in as `admin` as a browser does, from the loopback address `source`: the login page for
+    the CSRF cookie and form token, then the form (the cookie sent by hand: it is Secure)."""
+    conn = topology.connection(source)
+    try:
+        conn.request("GET", "/admin/login/", headers=headers or {})
+        page = conn.getresponse()
+        html = page.read().decode()
+        cookie = re.search(r"csrftoken=([^;]+)", page.getheader("Set-Cookie")).group(1)
+        form_token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html).group(1)
+        form = {"username": "admin", "password": password, "csrfmiddlewaretoken": form_token, "next": "/admin/"}
+        conn.request(
+            "POST",
+            "/admin/login/?next=/admin/",
+            body=urlencode(form),
+            headers={
+                "Content-Type": "application/x-www-form-urlencoded",
+                "Cookie": f"csrftoken={cookie}",
+                "Origin": topology.url,
+                "Referer": f"{topology.url}/admin/login/",
+                **(headers or {}),
+            },
+        )
+        answer = conn.getresponse()
+        return answer.status, answer.headers, answer.read().decode()
+    finally:
+        conn.close()
+
+
+LOCKED_OUT = {
+    "error": 42900,
+    "message": "Too many failed logins for this user from this address, or from this address; try again in 15 minutes.",
+}
+
+
+def assert_locked_out(answer: tuple) -> None:
+    status, headers, text = answer
+    assert (status, headers["Content-Type"], headers["Retry-After"], json.loads(text)) == (
+        429,
+        "application/json",
+        "900",
+        LOCKED_OUT,
+    )
+
+
+def test_failed_logins_lock_out_their_client_not_the_admin(login_topology):
+    login_topology.manage("axes_reset")
+
+    failures = [admin_login(login_topology, "127.0.0.2", f"guess-{n}") for n in range(7)]
+    elsewhere = admin_login(login_topology, "127.0.0.3", ADMIN_PASSWORD)
+    locked = admin_login(login_topology, "127.0.0.2", ADMIN_PASSWORD)
+
+    assert [status for status, *_ in failures] == [200] * 4 + [429] * 3, failures[
+        0
+    ]  # the 5th failure locks (PLANTS_ADMIN_LOGIN_FAILURES)
+    assert (elsewhere[0], elsewhere[1]["Location"]) == (302, "/admin/")
+    assert_locked_out(locked)
+
+
+SPOOFED = {"X-Forwarded-For": "127.0.0.3", "X-Real-IP": "127.0.0.3"}
+
+
+def test_client_address_headers_from_a_client_are_not_believed(login_topology):
+    login_topology.manage("axes_reset")
+
+    failures = [admin_login(login_topology, "127.0.0.2", f"guess-{n}", SPOOFED)[0] for n in range(5)]
+    still_locked = [admin_login(login_topology, "127.0.0.2", ADMIN_PASSWORD, headers) for headers in [SPOOFED, {}]]
+    real = admin_login(login_topology, "127.0.0.3", ADMIN_PASSWORD)
+
+    assert failures == [200] * 4 + [429]  # counted against 127.0.0.2, whatever it claimed
+    for answer in still_locked:
+        assert_locked_out(answer)
+    assert (real[0], real[1]["Location"]) == (302, "/admin/")

@@ -1,0 +1,135 @@
+"""The topologies the README offers, started for the tests with the same cases: `make serve`,
+`make cluster` (deploy/cluster.py), and `make serve` behind a TLS-terminating proxy."""
+
+import http.client
+import os
+import shutil
+import ssl
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from deploy.cluster import Cluster
+from deploy.processes import ROOT, ServerProcess, free_port, wait_until
+from tests.live import MakeServe
+
+VENV = Path(sys.executable).parent.parent
+# Where the TLS proxy connects to `make serve` from: its one address, the unit's PLANTS_TRUSTED_PROXIES.
+TLS_PROXY_ADDRESS = "127.0.0.10"
+
+
+TLS_PROXY_CONFIG = """\
+global
+    maxconn 256
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 30s
+    timeout http-request 10s
+    timeout server 35s
+frontend tls
+    bind 127.0.0.1:{port} ssl crt {pem}
+    # Appends the client's address to whatever X-Forwarded-For the client sent.
+    option forwardfor
+    http-request set-header X-Forwarded-Proto https
+    default_backend serve
+backend serve
+    server serve 127.0.0.1:{upstream} source {source}
+"""
+
+
+class TlsProxy:
+    """HAProxy terminating TLS (a throwaway self-signed certificate for 127.0.0.1) in front of
+    `make serve` on `upstream`, connecting to it from TLS_PROXY_ADDRESS, as README's Deploying says."""
+
+    def __init__(self, upstream: int):
+        self.port = free_port()
+        self.url = f"https://127.0.0.1:{self.port}"
+        self.work_dir = work_dir = Path(tempfile.mkdtemp(prefix="plantstore-tls."))
+        self.certificate = work_dir / "certificate.pem"
+        key = work_dir / "key.pem"
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1"]
+            + ["-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(self.certificate)],
+            check=True,
+            capture_output=True,
+        )
+        pem = work_dir / "proxy.pem"
+        pem.write_bytes(self.certificate.read_bytes() + key.read_bytes())
+        config = work_dir / "haproxy.cfg"
+        config.write_text(TLS_PROXY_CONFIG.format(port=self.port, pem=pem, upstream=upstream, source=TLS_PROXY_ADDRESS))
+        binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
+        self.server = ServerProcess("tls", [binary, "-db", "-f", str(config)], dict(os.environ), work_dir / "log")
+        self.ssl_context = ssl.create_default_context(cafile=str(self.certificate))
+
+    def answers(self) -> bool:
+        connection = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=2, context=self.ssl_context)
+        try:
+            connection.request("GET", "/healthz")
+            return connection.getresponse().status == 200
+        except (OSError, http.client.HTTPException):
+            return False
+        finally:
+            connection.close()
+
+    def start(self) -> "TlsProxy":
+        self.server.launch()
+        try:
+            wait_until(self.answers, self.server.process, 30, "the TLS proxy")
+        except RuntimeError as error:
+            self.stop()
+            raise RuntimeError(f"{error}: {self.server.log()}") from None
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+class Topology:
+    """What a test needs of a running topology: where clients connect, a token, the app's log
+    (every app server's, nginx's edge lines included), its app server workers, and manage.py."""
+
+    def __init__(self, name: str, port: int, env: dict, logs, workers, ssl_context: ssl.SSLContext | None = None):
+        self.name, self.port, self.env, self.ssl_context = name, port, env, ssl_context
+        self.url = f"{'https' if ssl_context else 'http'}://127.0.0.1:{port}"
+        self._logs, self._workers = logs, workers
+        self.token = self.manage("token", "issue", "edge-client")
+
+    def manage(self, *args: str, **env: str) -> str:
+        """manage.py with the topology's settings and database; its standard output."""
+        command = [sys.executable, "manage.py", *args]
+        done = subprocess.run(command, cwd=ROOT, env={**self.env, **env}, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"manage.py {args[0]} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+        return done.stdout.strip()
+
+    def connection(self, source: str = "127.0.0.1", timeout: float = 10) -> http.client.HTTPConnection:
+        """A client connection from the loopback address `source`."""
+        if self.ssl_context:
+            return http.client.HTTPSConnection(
+                "127.0.0.1", self.port, timeout=timeout, source_address=(source, 0), context=self.ssl_context
+            )
+        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout, source_address=(source, 0))
+
+    def log(self) -> str:
+        return "".join(self._logs())
+
+    def workers(self) -> list[int]:
+        return self._workers()
+
+
+def topology_of_served(served: MakeServe, name: str = "serve", proxy: TlsProxy | None = None) -> Topology:
+    port, context = (proxy.port, proxy.ssl_context) if proxy else (served.port, None)
+    return Topology(name, port, served.env, lambda: [served.log()], served.app_workers, context)
+
+
+def topology_of_cluster(cluster: Cluster) -> Topology:
+    return Topology(
+        "cluster",
+        cluster.front.port,
+        cluster.units[0].env,
+        lambda: [unit.log() for unit in cluster.units],
+        lambda: [pid for unit in cluster.units for pid in unit.worker_pids()],
+    )
