@@ -33,10 +33,11 @@ def trusted_proxies(value: str) -> list[str]:
 def render_nginx_conf(run_dir: Path, upstream: str, listen: str, proxies: list[str], edit=None) -> Path:
     """deploy/nginx.conf for nginx listening on `listen`, in front of `upstream` (unix:/path);
     `edit(text)`, if given, changes the result (the bench puts other app servers behind it)."""
-    real_ip = "".join(f"set_real_ip_from {proxy};\n    " for proxy in proxies)
+    real_ip = "".join(f"set_real_ip_from {proxy};\n        " for proxy in proxies)
     if proxies:
         # The client is the last address in X-Forwarded-For that is not a trusted proxy's.
-        real_ip += "real_ip_header X-Forwarded-For;\n    real_ip_recursive on;"
+        real_ip += "real_ip_header X-Forwarded-For;\n        real_ip_recursive on;"
+    trusted = "".join(f"\n        {proxy} 1;" for proxy in proxies)
     text = NGINX_TEMPLATE.read_text()
     for name, value in {
         # As root, nginx's workers drop to nobody; otherwise they run as whoever started it.
@@ -45,6 +46,7 @@ def render_nginx_conf(run_dir: Path, upstream: str, listen: str, proxies: list[s
         "@RUN_DIR@": str(run_dir),
         "@UPSTREAM@": upstream,
         "@REAL_IP@": real_ip,
+        "@TRUSTED_PROXIES@": trusted,
     }.items():
         text = text.replace(name, value)
     if edit:
@@ -65,6 +67,7 @@ HTTP_LOCATION = """        location / {
             proxy_set_header Host $http_host;
             proxy_set_header X-Forwarded-For $remote_addr;
             proxy_set_header X-Real-IP $remote_addr;
+            proxy_set_header X-Forwarded-Proto $forwarded_proto;
             proxy_set_header Connection "";
             proxy_read_timeout 40s;
         }

@@ -2,6 +2,7 @@
 the app server), debug off; and what its signals do: reload without a failed request, stop leaving
 nothing behind."""
 
+import http.client
 import json
 import os
 import pty
@@ -52,6 +53,29 @@ def test_trace_is_refused_by_nginx_with_an_error_body_and_the_allowed_methods(se
         (405, allowed, "application/json", {"error": 40500, "message": "Method TRACE not allowed."})
         for allowed in ("POST, OPTIONS", "GET, HEAD")
     ]
+
+
+def test_forwarded_proto_is_believed_only_from_a_trusted_proxy(tmp_path):
+    server = MakeServe(
+        tmp_path,
+        DJANGO_SECURE_SSL_REDIRECT="1",
+        DJANGO_SECURE_PROXY_SSL_HEADER="HTTP_X_FORWARDED_PROTO",
+        PLANTS_TRUSTED_PROXIES="127.0.0.10",
+    ).start()
+    try:
+        answers = {}
+        for source in ("127.0.0.10", "127.0.0.2"):  # the TLS proxy; a client claiming HTTPS itself
+            connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10, source_address=(source, 0))
+            connection.request("GET", "/openapi.json", headers={"X-Forwarded-Proto": "https"})
+            response = connection.getresponse()
+            answers[source] = (response.status, response.getheader("Location"))
+            connection.close()
+        health = request(f"{server.url}/healthz")  # a load balancer's check, over plain HTTP
+    finally:
+        server.stop()
+
+    assert answers == {"127.0.0.10": (200, None), "127.0.0.2": (301, f"https://127.0.0.1:{server.port}/openapi.json")}
+    assert health[0] == 200
 
 
 def test_sighup_reloads_with_new_workers_under_load_without_a_failed_request(served):
