@@ -17,7 +17,7 @@ import pytest
 from django.db import connection
 
 from deploy.cluster import Cluster
-from deploy.processes import ROOT, free_port
+from deploy.processes import ROOT, free_port, wait_until
 from plants.models import Plant
 from tests.live import Load, create_many, descendants, live_cluster, request, wait_for_exit, wait_until_healthy
 
@@ -211,3 +211,26 @@ def test_make_cluster_restarts_on_sighup_and_stops_on_sigterm_leaving_nothing_ru
     assert "every unit restarted" in log.read_text()
     assert (health[0], health[2]) == (200, '{"status": "ok"}')
     assert wait_for_exit(processes) == []
+
+
+def test_units_whose_rate_limit_store_is_down_leave_the_balancer_until_it_is_back(cluster, token):
+    def statuses() -> set[str]:
+        return {cluster.haproxy.server_stat(number)["status"] for number in range(len(cluster.units))}
+
+    cluster.redis.stop()
+    try:
+        wait_until(lambda: statuses() == {"DOWN"}, None, 15, "units taken out")
+        create = request(f"{cluster.url}/plants", {"id": 1, "name": "Rose"}, token)
+        readiness = [request(f"{unit.url}/healthz") for unit in cluster.units]
+        liveness = [request(f"{unit.url}/livez")[0] for unit in cluster.units]
+    finally:
+        cluster.redis.start()
+    wait_until(lambda: statuses() == {"UP"}, None, 15, "units back")
+    after = request(f"{cluster.url}/plants", {"id": 2, "name": "Rose"}, token)
+
+    assert (create[0], json.loads(create[2])) == (503, UNAVAILABLE[1])  # HAProxy's: no unit is ready
+    assert [(status, text) for status, _, text in readiness] == [
+        (503, '{"error": 50300, "message": "The rate-limit store does not answer."}')
+    ] * 2
+    assert liveness == [200, 200]
+    assert (after[0], json.loads(after[2])) == (200, {"id": 2, "name": "Rose"})
