@@ -3,6 +3,7 @@
 from functools import cache
 
 from django.db import connections, models, router
+from django.db.models.base import ModelState
 from django.db.models.sql import InsertQuery
 from django.utils import timezone
 
@@ -146,7 +147,20 @@ def token_by_digest(digest: str, *, using: str | None = None) -> ApiToken | None
             column = columns[index]
             for convert in connection.ops.get_db_converters(column) + column.get_db_converters(connection):
                 row[index] = convert(row[index], column, connection)
-    return ApiToken.from_db(alias, attnames, row)
+    return _token_from_row(alias, attnames, row)
+
+
+def _token_from_row(alias: str, attnames: list[str], row) -> ApiToken:
+    """What `ApiToken.from_db()` makes of the row, the unloaded fields deferred, without Model.__init__.
+
+    __init__ would walk every field of the model to skip the deferred ones, and send pre_init and
+    post_init, which nothing receives for ApiToken (tests/test_authentication.py checks both).
+    """
+    token = ApiToken.__new__(ApiToken)
+    token.__dict__.update(zip(attnames, row, strict=True))
+    token._state = state = ModelState()
+    state.adding, state.db = False, alias
+    return token
 
 
 @cache
