@@ -116,3 +116,19 @@ def test_timestamptz_column_round_trips_through_the_orm(issued_token):
     ApiToken.objects.filter(pk=token.pk).update(expires_at=when)
 
     assert ApiToken.objects.get(pk=token.pk).expires_at == when
+
+
+def test_cursor_from_an_async_context_is_refused_on_an_open_connection():
+    import asyncio
+
+    from django.core.exceptions import SynchronousOnlyOperation
+
+    connection.ensure_connection()
+
+    async def use_the_database():
+        with pytest.raises(SynchronousOnlyOperation):
+            connection.cursor()
+        with pytest.raises(SynchronousOnlyOperation):
+            connection.chunked_cursor()
+
+    asyncio.run(use_the_database())
