@@ -47,7 +47,10 @@ PARTS = [
         r"django/(middleware|contrib/\w+/middleware|utils/deprecation)|whitenoise/|axes/",
         "Django middleware (the 9 other classes)",
     ),
-    (r"django/dispatch|django/db/__init__|plants/postgresql", "request_started/finished signals (connection checks)"),
+    (
+        r"django/dispatch|django/db/__init__|is_usable \(plants/postgresql",
+        "request_started/finished signals (connection checks)",
+    ),
     (
         r"django/(core/handlers|core/signals|urls|http|views)/",
         "Django request handler (WSGIRequest, URL resolution, HttpResponse)",

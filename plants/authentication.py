@@ -8,7 +8,7 @@ from rest_framework.authentication import BaseAuthentication, get_authorization_
 
 from plants import metrics
 from plants.exceptions import InvalidToken, MalformedCredentials
-from plants.models import ApiToken, TokenStatus
+from plants.models import ApiToken, TokenStatus, token_by_digest
 from plants.tokens import MAX_TOKEN_LENGTH, token_digest
 
 # last_used_at is written at most this often per token, so the hot path stays one SELECT and the INSERT.
@@ -48,7 +48,7 @@ class BearerTokenAuthentication(BaseAuthentication):
         return token, token
 
     def authenticate_credentials(self, secret: str) -> ApiToken:
-        token = None if len(secret) > MAX_TOKEN_LENGTH else ApiToken.objects.by_digest(token_digest(secret))
+        token = None if len(secret) > MAX_TOKEN_LENGTH else token_by_digest(token_digest(secret))
         if token is None:
             metrics.AUTH_FAILURE["unknown"].inc()
             raise InvalidToken("The token is not valid.")

@@ -1,6 +1,7 @@
 """Log formatting: every record is one line, and the client's mistakes are warnings, not errors."""
 
 import logging
+import time
 
 # Every character that str.splitlines() (and so many log viewers) takes for a line break.
 LINE_BREAKS = {ord(char): f"\\x{ord(char):02x}" for char in "\n\r\x0b\x0c\x1c\x1d\x1e\x85"} | {
@@ -15,6 +16,20 @@ class OneLineFormatter(logging.Formatter):
     Messages may quote what a client sent (a path, a Host header); a traceback, which only our
     own code raises, keeps its lines.
     """
+
+    # The last second formatted, with its text: one request log line after another mostly share it.
+    _second_text: tuple[int | None, str] = (None, "")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        """Formatter's default `2026-11-23 16:31:41,123`, the date and time formatted once per second."""
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        cached_second, text = self._second_text  # one tuple, read and replaced whole: safe across threads
+        if cached_second != second:
+            text = time.strftime(self.default_time_format, self.converter(second))
+            self._second_text = (second, text)
+        return self.default_msec_format % (text, record.msecs)
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         return super().formatMessage(record).translate(LINE_BREAKS)

@@ -2,7 +2,8 @@
 
 from functools import cache
 
-from django.db import connections, models
+from django.db import connections, models, router
+from django.db.models.base import ModelState
 from django.db.models.sql import InsertQuery
 from django.utils import timezone
 
@@ -14,19 +15,8 @@ PLANT_TAG_MAX_LENGTH = 100
 
 class PlantQuerySet(models.QuerySet):
     def insert(self, plant: "Plant") -> None:
-        """INSERT `plant` as a new row: one statement, raising IntegrityError if its id is taken.
-
-        What `Plant.objects.create()` sends, without building the query through the ORM on every
-        call (profiled for BENCHMARKS.md): the SQL is the ORM's own, compiled once per database,
-        and each value is prepared as the ORM prepares it (`pre_save`, then `get_db_prep_save`),
-        so both follow the model. Plant has no save() override and no signal receivers to skip.
-        """
-        connection = connections[self.db]
-        sql, fields = _insert_plant(self.db)
-        values = [field.get_db_prep_save(field.pre_save(plant, True), connection) for field in fields]
-        with connection.cursor() as cursor:
-            cursor.execute(sql, values)
-        plant._state.adding, plant._state.db = False, self.db
+        """INSERT `plant` as a new row on this queryset's database: plant_insert()."""
+        plant_insert(plant, using=self.db)
 
 
 class Plant(models.Model):
@@ -58,28 +48,8 @@ class TokenStatus(models.TextChoices):
 
 class ApiTokenQuerySet(models.QuerySet):
     def by_digest(self, digest: str) -> "ApiToken | None":
-        """The token with this digest, or None, read from the database on every call.
-
-        Every API request looks its token up, so a revoked or expired token is refused from the
-        first request that starts after the change commits. Building the query through the ORM
-        each time cost more than the database round trip (profiled for BENCHMARKS.md), so the
-        SQL and the column types are the ORM's own, compiled once per database: they follow
-        the model. Only the columns authentication and the throttle read are loaded
-        (AUTHENTICATION_FIELDS).
-        """
-        connection = connections[self.db]
-        sql, columns, attnames = _select_by_digest(self.db)
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [digest])
-            row = cursor.fetchone()
-        if row is None:
-            return None
-        values = list(row)
-        for index in _columns_to_convert(self.db):  # e.g. SQLite's naive datetimes made aware
-            column = columns[index]
-            for convert in connection.ops.get_db_converters(column) + column.get_db_converters(connection):
-                values[index] = convert(values[index], column, connection)
-        return self.model.from_db(self.db, attnames, values)
+        """The token with this digest, or None, read from this queryset's database: token_by_digest()."""
+        return token_by_digest(digest, using=self.db)
 
     # The querysets of ApiToken.status(): each token is in exactly one of them.
     def active(self, now=None):
@@ -133,26 +103,81 @@ class ApiToken(models.Model):
 AUTHENTICATION_FIELDS = ["name", "digest", "expires_at", "revoked_at", "last_used_at"]
 
 
+# The hot path's two statements are plain functions, not manager methods: a manager call builds a
+# QuerySet and its Query on every call before any SQL is sent (profiled for BENCHMARKS.md). Each runs
+# on Django's cursor for the router's database, so transactions, connection.queries, the error
+# translation (IntegrityError, OperationalError) and the connection health check all apply.
+
+
+def plant_insert(plant: Plant, *, using: str | None = None) -> None:
+    """INSERT `plant` as a new row: one statement, raising IntegrityError if its id is taken.
+
+    What `Plant.objects.create()` sends: the SQL is the ORM's own, compiled once per database,
+    and each value is prepared as the ORM prepares it (`pre_save`, then `get_db_prep_save`),
+    so both follow the model. Plant has no save() override and no signal receivers to skip.
+    """
+    alias = using or router.db_for_write(Plant, instance=plant)
+    connection = connections[alias]
+    sql, fields = _insert_plant(alias)
+    values = [field.get_db_prep_save(field.pre_save(plant, True), connection) for field in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, values)
+    plant._state.adding, plant._state.db = False, alias
+
+
+def token_by_digest(digest: str, *, using: str | None = None) -> ApiToken | None:
+    """The token with this digest, or None, read from the database on every call.
+
+    Every API request looks its token up, so a revoked or expired token is refused from the
+    first request that starts after the change commits. The SQL and the column types are the
+    ORM's own, compiled once per database: they follow the model. Only the columns
+    authentication and the throttle read are loaded (AUTHENTICATION_FIELDS).
+    """
+    alias = using or router.db_for_read(ApiToken)
+    connection = connections[alias]
+    sql, columns, attnames, converted = _select_by_digest(alias)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [digest])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    if converted:  # e.g. SQLite's naive datetimes made aware; none on PostgreSQL
+        row = list(row)
+        for index in converted:
+            column = columns[index]
+            for convert in connection.ops.get_db_converters(column) + column.get_db_converters(connection):
+                row[index] = convert(row[index], column, connection)
+    return _token_from_row(alias, attnames, row)
+
+
+def _token_from_row(alias: str, attnames: list[str], row) -> ApiToken:
+    """What `ApiToken.from_db()` makes of the row, the unloaded fields deferred, without Model.__init__.
+
+    __init__ would walk every field of the model to skip the deferred ones, and send pre_init and
+    post_init, which nothing receives for ApiToken (tests/test_authentication.py checks both).
+    """
+    token = ApiToken.__new__(ApiToken)
+    token.__dict__.update(zip(attnames, row, strict=True))
+    token._state = state = ModelState()
+    state.adding, state.db = False, alias
+    return token
+
+
 @cache
-def _select_by_digest(alias: str) -> tuple[str, list, list[str]]:
-    """The SQL, its selected columns, and their model attribute names."""
+def _select_by_digest(alias: str) -> tuple[str, list, list[str], list[int]]:
+    """The SQL, its selected columns, their model attribute names, and which columns the backend converts."""
     query = ApiToken.objects.filter(digest="").only(*AUTHENTICATION_FIELDS).order_by().query
     compiler = query.get_compiler(alias)
     sql, params = compiler.as_sql()
     assert params == ("",), params
     columns = [column for column, _, _ in compiler.select]
-    return sql, columns, [column.target.attname for column in columns]
-
-
-@cache
-def _columns_to_convert(alias: str) -> list[int]:
-    """Which columns of the token row the database backend converts (none on PostgreSQL)."""
     connection = connections[alias]
-    return [
+    converted = [
         index
-        for index, column in enumerate(_select_by_digest(alias)[1])
+        for index, column in enumerate(columns)
         if connection.ops.get_db_converters(column) + column.get_db_converters(connection)
     ]
+    return sql, columns, [column.target.attname for column in columns], converted
 
 
 @cache

@@ -45,3 +45,15 @@ def test_request_without_an_id_gets_a_new_random_one_in_its_line_and_header(requ
     ids = [json.loads(record.getMessage())["request_id"] for record in request_log.records]
     assert ids == [first["X-Request-ID"], second["X-Request-ID"]]
     assert ids[0] != ids[1] and all(len(id_) == 32 and int(id_, 16) >= 0 for id_ in ids)
+
+
+@pytest.mark.parametrize("created", [1700000000.0, 1700000000.999, 1700000001.0005, 1700003600.25])
+def test_log_line_time_is_formatted_as_logging_formats_it_in_the_same_second_and_the_next(created):
+    from plants.log_format import OneLineFormatter
+
+    ours, standard = OneLineFormatter("%(asctime)s %(message)s"), logging.Formatter("%(asctime)s %(message)s")
+    for when in (created, created + 0.5, created + 1):  # the cached second, then a new one
+        record = logging.LogRecord("plants.requests", logging.INFO, __file__, 0, "line", None, None)
+        record.created, record.msecs = when, int((when - int(when)) * 1000)
+
+        assert ours.format(record) == standard.format(record)

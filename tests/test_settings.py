@@ -107,3 +107,28 @@ def test_check_fails_when_admin_middleware_is_not_run(settings):
     settings.MIDDLEWARE = [name for name in settings.MIDDLEWARE if name != "plants.middleware.AdminMiddleware"]
 
     assert [error.id for error in admin_middleware_check(None)] == ["plants.E001"]
+
+
+@pytest.mark.parametrize(
+    ("backend", "closes_nothing"),
+    [
+        ("django.core.cache.backends.locmem.LocMemCache", True),
+        ("django.core.cache.backends.redis.RedisCache", True),
+        ("django.core.cache.backends.memcached.PyMemcacheCache", False),
+    ],
+)
+def test_cache_close_after_each_request_is_skipped_only_when_no_backend_closes_anything(backend, closes_nothing):
+    from plants.apps import caches_close_nothing
+
+    assert caches_close_nothing({"default": {"BACKEND": backend}}) is closes_nothing
+
+
+def test_database_connections_are_still_closed_after_each_request():
+    from django.core.cache import close_caches
+    from django.core.signals import request_finished, request_started
+    from django.db import close_old_connections
+
+    finished = [entry[1]() for entry in request_finished.receivers]  # (key, weak reference, is_async)
+    started = [entry[1]() for entry in request_started.receivers]
+    assert close_old_connections in finished and close_old_connections in started
+    assert close_caches not in finished  # the settings' caches (LocMemCache) close nothing
