@@ -13,12 +13,6 @@ PLANT_NAME_MAX_LENGTH = 200
 PLANT_TAG_MAX_LENGTH = 100
 
 
-class PlantQuerySet(models.QuerySet):
-    def insert(self, plant: "Plant") -> None:
-        """INSERT `plant` as a new row on this queryset's database: plant_insert()."""
-        plant_insert(plant, using=self.db)
-
-
 class Plant(models.Model):
     """A plant, identified by the id its client chose."""
 
@@ -27,8 +21,6 @@ class Plant(models.Model):
     # NULL means "no tag"; an empty tag is refused by the serializer, so there is one way to say it.
     tag = models.CharField(max_length=PLANT_TAG_MAX_LENGTH, null=True, blank=True)  # noqa: DJ001
     created_at = models.DateTimeField(default=timezone.now, editable=False, db_index=True)
-
-    objects = PlantQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]
@@ -47,10 +39,6 @@ class TokenStatus(models.TextChoices):
 
 
 class ApiTokenQuerySet(models.QuerySet):
-    def by_digest(self, digest: str) -> "ApiToken | None":
-        """The token with this digest, or None, read from this queryset's database: token_by_digest()."""
-        return token_by_digest(digest, using=self.db)
-
     # The querysets of ApiToken.status(): each token is in exactly one of them.
     def active(self, now=None):
         now = now or timezone.now()
