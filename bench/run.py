@@ -24,7 +24,7 @@ from bench import rate_stores
 from bench.report import write_section
 from bench.servers import PEER_WORKERS, django_peer, fastapi_peer, service
 from deploy.app_server import SETTINGS as APP_SETTINGS
-from deploy.processes import ROOT
+from deploy.processes import ROOT, descendants
 from deploy.unit import UPSTREAM_IDLE_S
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 7))
@@ -184,13 +184,10 @@ def run_rounds(
 
 def cpu_seconds(pids: list[int]) -> float:
     """CPU time (user and system) of a server: its processes and all their descendants."""
-    total, pending = 0, list(pids)
-    while pending:
-        pid = pending.pop()
+    total = 0
+    for pid in [*pids, *(child for parent in pids for child in descendants(parent))]:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            for thread in os.listdir(f"/proc/{pid}/task"):
-                pending += map(int, Path(f"/proc/{pid}/task/{thread}/children").read_text().split())
         except FileNotFoundError:  # exited meanwhile
             continue
         total += int(fields[11]) + int(fields[12])

@@ -87,6 +87,16 @@ def children(pid: int) -> list[int]:
     return found
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process `pid` started, however deep, that is still there: parents before their children."""
+    found, pending = [], children(pid)
+    while pending:
+        child = pending.pop(0)
+        found.append(child)
+        pending.extend(children(child))
+    return found
+
+
 class ServerProcess:
     """One server's process: its command, environment and output (appended to `log`, or this
     process's own stdout and stderr when None)."""

@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import quote, urlencode
 
 from deploy.cluster import DEPLOY, Cluster
-from deploy.processes import ROOT, children, free_port, http_status, render, stop_process, wait_until
+from deploy.processes import ROOT, children, descendants, free_port, http_status, render, stop_process, wait_until
 from deploy.unit import Unit
 
 
@@ -301,13 +301,3 @@ def zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except FileNotFoundError:
         return False
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process `pid` started, however deep, that is still there: parents before their children."""
-    found, pending = [], children(pid)
-    while pending:
-        child = pending.pop(0)
-        found.append(child)
-        pending.extend(children(child))
-    return found

@@ -17,9 +17,9 @@ import pytest
 from django.db import connection
 
 from deploy.cluster import Cluster
-from deploy.processes import ROOT, free_port, wait_until
+from deploy.processes import ROOT, descendants, free_port, wait_until
 from plants.models import Plant
-from tests.live import Load, create_many, descendants, live_cluster, request, wait_for_exit, wait_until_healthy
+from tests.live import Load, create_many, live_cluster, request, wait_for_exit, wait_until_healthy
 
 pytestmark = [pytest.mark.postgres, pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
