@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
-from deploy.processes import ROOT, ServerProcess, free_port, http_status, render, stop_process, wait_until
+from deploy.processes import ROOT, ServerProcess, free_port, render, stop_process, wait_until
 from deploy.unit import Unit, http_upstream, nginx_command, render_nginx_conf
 
 DEPLOY = ROOT / "deploy" / "cluster"
@@ -156,10 +156,7 @@ class HAProxy:
             raise RuntimeError("haproxy is not installed (Debian package haproxy)")
         self.server.launch()
         # Ready once an app unit has passed its health checks: /healthz through it answers 200.
-        try:
-            wait_until(lambda: http_status(f"{self.url}/healthz") == 200, self.process, 30, "haproxy")
-        except RuntimeError as error:
-            raise RuntimeError(f"{error}: {self.server.log()}") from None
+        self.server.wait_healthy(f"{self.url}/healthz")
         return self
 
     def command(self, line: str) -> str:
@@ -221,10 +218,10 @@ class Front:
         )
         self.server.launch()
         try:
-            wait_until(lambda: http_status(f"{self.url}/healthz") == 200, self.process, 30, "the front (nginx)")
-        except RuntimeError as error:
+            self.server.wait_healthy(f"{self.url}/healthz")
+        except RuntimeError:
             self.stop()
-            raise RuntimeError(f"{error}: {self.server.log()}") from None
+            raise
         return self
 
     def log(self) -> str:

@@ -136,5 +136,12 @@ class ServerProcess:
     def stop(self, timeout: float = 15, sig: int = signal.SIGTERM) -> None:
         stop_process(self.process, timeout, sig)
 
+    def wait_healthy(self, url: str, timeout: float = 30) -> None:
+        """Wait until GET `url` answers 200; RuntimeError with the server's log if it exits or time runs out."""
+        try:
+            wait_until(lambda: http_status(url) == 200, self.process, timeout, self.name)
+        except RuntimeError as error:
+            raise RuntimeError(f"{error}: {self.log()}") from None
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
