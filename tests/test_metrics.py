@@ -243,6 +243,14 @@ def exit_worker(worker: subprocess.Popen) -> None:
     assert worker.wait(timeout=10) == 0
 
 
+@pytest.fixture
+def multiprocess_metrics(settings, tmp_path, monkeypatch):
+    """/metrics on, reading workers' files in tmp_path, as under the app server."""
+    settings.PLANTS_METRICS_TOKEN = METRICS_TOKEN
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    monkeypatch.setattr("plants.metrics.MULTIPROCESS", True)
+
+
 def scraped(api_client) -> dict[tuple, float]:
     response = get_metrics(api_client, f"Bearer {METRICS_TOKEN}")
     assert response.status_code == 200
@@ -254,11 +262,8 @@ def scraped(api_client) -> dict[tuple, float]:
 
 
 def test_exited_workers_metric_files_are_folded_into_one_archive_with_the_same_totals(
-    api_client, settings, tmp_path, monkeypatch
+    api_client, multiprocess_metrics, tmp_path
 ):
-    settings.PLANTS_METRICS_TOKEN = METRICS_TOKEN
-    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
-    monkeypatch.setattr("plants.metrics.MULTIPROCESS", True)
     created = ("plants_creates_total", (("outcome", "created"),))
     requests = ("plants_http_requests_total", (("method", "POST"), ("route", "/plants"), ("status", "200")))
     under_25ms = (
@@ -288,11 +293,8 @@ def test_exited_workers_metric_files_are_folded_into_one_archive_with_the_same_t
 
 
 def test_a_fold_cut_short_before_its_commit_is_discarded_and_one_cut_short_after_is_completed(
-    api_client, settings, tmp_path, monkeypatch
+    api_client, multiprocess_metrics, tmp_path, monkeypatch
 ):
-    settings.PLANTS_METRICS_TOKEN = METRICS_TOKEN
-    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
-    monkeypatch.setattr("plants.metrics.MULTIPROCESS", True)
     created = ("plants_creates_total", (("outcome", "created"),))
     first = start_worker(tmp_path)
     exit_worker(first)
