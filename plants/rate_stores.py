@@ -1,9 +1,13 @@
-"""Where rate-limit counters live: Redis across servers, else a SQLite file shared by one server's workers."""
+"""Where rate-limit counters live: Redis across servers, else a file mapped by one server's workers."""
 
+import contextlib
+import fcntl
 import functools
+import hashlib
+import mmap
 import os
-import sqlite3
 import stat
+import struct
 import tempfile
 import threading
 from pathlib import Path
@@ -43,65 +47,99 @@ class RedisStore:
             raise StoreError(str(error)) from error
 
 
-# One row per token: the start of its current window and the requests counted in it. A request
-# of a newer window restarts the count; one computed just before a window turned (a thread
-# that lost the race) is counted in the newer window rather than reopening the old one.
-SQLITE_SCHEMA = """CREATE TABLE IF NOT EXISTS rate_counter (
-    token_key TEXT PRIMARY KEY, window_start INTEGER NOT NULL, count INTEGER NOT NULL
-) WITHOUT ROWID"""
-SQLITE_INCREMENT = """INSERT INTO rate_counter (token_key, window_start, count) VALUES (?, ?, 1)
-ON CONFLICT (token_key) DO UPDATE SET
-    count = CASE WHEN excluded.window_start > window_start THEN 1 ELSE count + 1 END,
-    window_start = max(window_start, excluded.window_start)
-RETURNING count"""
-SQLITE_PING = "SELECT count FROM rate_counter LIMIT 1"
-# A row whose window ended a whole window ago is never counted again (the upsert above would
-# restart it): without this, the file keeps one row per token ever used.
-SQLITE_PRUNE = "DELETE FROM rate_counter WHERE window_start < ?"
+# The counters file: a header, then a fixed table of slots, mapped into every worker's memory.
+# Header: magic, the newest window counted, and how many slots that window has filled.
+# Slot: a token's key (16 bytes of its hash), the window its count belongs to, the count.
+COUNTERS_MAGIC = b"plantsrl"
+COUNTERS_HEADER = struct.Struct("<8sqq")
+COUNTERS_SLOT = struct.Struct("<16sqq")
+# 131,072 slots (4 MiB): the tokens one window can count, up to 3/4 full so that probes stay short.
+COUNTERS_SLOTS = 1 << 17
+COUNTERS_CAPACITY = COUNTERS_SLOTS * 3 // 4
+COUNTERS_SIZE = COUNTERS_HEADER.size + COUNTERS_SLOTS * COUNTERS_SLOT.size
 
 
-class SQLiteStore:
-    """Counters in a SQLite file that every worker process of one server opens: exact across them,
-    with no server to run. Each increment is one statement (an upsert returning the count) in
-    autocommit; WAL mode and a busy timeout let the workers' threads take turns."""
+class CountersFileStore:
+    """Counters in a file that every worker process of one server maps into memory: exact across
+    them, with no server to run, and kept across a reload or a restart (the file stays).
 
-    BUSY_TIMEOUT_SECONDS = 2
+    An increment takes the file's lock (flock: the workers' threads and processes take turns),
+    finds the token's slot by open addressing and adds one: a few microseconds, no system call
+    but the lock's. A slot whose window is older than the newest counted is free again, so the
+    file never grows; a request computed just before a window turned is counted in the newer one.
+    """
 
     def __init__(self, directory: str):
         self.directory = Path(directory) if directory else default_directory()
-        self.path = self.directory / "rate-limits.sqlite3"
+        self.path = self.directory / "rate-limits.counters"
         self.local = threading.local()
-        # The newest window this process has pruned for: one DELETE per window per process, not
-        # per request. Threads share it; a race costs at most a second, harmless DELETE.
-        self.pruned_window = 0
 
-    def connection(self) -> sqlite3.Connection:
-        # One connection per thread and process: a connection must never cross a fork.
+    def mapping(self) -> tuple[int, mmap.mmap]:
+        # Each thread opens the file itself: flock excludes other open files, whatever process holds
+        # them, and a mapping must never cross a fork.
         if getattr(self.local, "pid", None) != os.getpid():
             private_directory(self.directory)
-            connection = sqlite3.connect(self.path, timeout=self.BUSY_TIMEOUT_SECONDS, isolation_level=None)
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute("PRAGMA synchronous=NORMAL")  # counters need not survive a power cut
-            connection.execute(SQLITE_SCHEMA)
-            self.local.connection, self.local.pid = connection, os.getpid()
-        return self.local.connection
+            descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX)
+                if os.fstat(descriptor).st_size == 0:
+                    os.ftruncate(descriptor, COUNTERS_SIZE)
+                mapped = mmap.mmap(descriptor, COUNTERS_SIZE)
+                magic, _, _ = COUNTERS_HEADER.unpack_from(mapped)
+                if magic == bytes(8):  # a new file
+                    COUNTERS_HEADER.pack_into(mapped, 0, COUNTERS_MAGIC, 0, 0)
+                elif magic != COUNTERS_MAGIC:
+                    raise OSError(f"{self.path} is not a rate-limit counters file")
+            except (OSError, ValueError):
+                os.close(descriptor)
+                raise
+            finally:
+                with contextlib.suppress(OSError):
+                    fcntl.flock(descriptor, fcntl.LOCK_UN)
+            self.local.descriptor, self.local.mapped, self.local.pid = descriptor, mapped, os.getpid()
+        return self.local.descriptor, self.local.mapped
 
     def increment(self, token_key: str, window_start: int, window: int) -> int:
+        key = hashlib.blake2b(token_key.encode(), digest_size=16).digest()
         try:
-            connection = self.connection()
-            if window_start > self.pruned_window:
-                self.pruned_window = window_start
-                connection.execute(SQLITE_PRUNE, (window_start - window,))
-            return connection.execute(SQLITE_INCREMENT, (token_key, window_start)).fetchone()[0]
-        except (sqlite3.Error, OSError) as error:
+            descriptor, mapped = self.mapping()
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        except (OSError, ValueError) as error:
             self.local.pid = None  # open afresh next time: the file may have been fixed or replaced
             raise StoreError(str(error)) from error
+        try:
+            return self.count(mapped, key, window_start)
+        finally:
+            fcntl.flock(descriptor, fcntl.LOCK_UN)
+
+    @staticmethod
+    def count(mapped: mmap.mmap, key: bytes, window_start: int) -> int:
+        """Add one to `key`'s count in the newest window; the caller holds the lock."""
+        _, newest, filled = COUNTERS_HEADER.unpack_from(mapped)
+        if window_start > newest:
+            newest, filled = window_start, 0
+        index = int.from_bytes(key[:8], "little") % COUNTERS_SLOTS
+        while True:
+            offset = COUNTERS_HEADER.size + index * COUNTERS_SLOT.size
+            slot_key, slot_window, count = COUNTERS_SLOT.unpack_from(mapped, offset)
+            if slot_window == newest and slot_key == key:
+                COUNTERS_SLOT.pack_into(mapped, offset, key, newest, count + 1)
+                return count + 1
+            if slot_window != newest:  # free: this window has not reached the key, nor this slot
+                if filled >= COUNTERS_CAPACITY:
+                    raise StoreError(f"{filled} tokens counted in this window fill the counters file")
+                COUNTERS_SLOT.pack_into(mapped, offset, key, newest, 1)
+                COUNTERS_HEADER.pack_into(mapped, 0, COUNTERS_MAGIC, newest, filled + 1)
+                return 1
+            index = (index + 1) % COUNTERS_SLOTS
 
     def ping(self) -> None:
-        """Open the file (as a request would) and read from it: the readiness check."""
+        """Open and map the file (as a request would) and take its lock: the readiness check."""
         try:
-            self.connection().execute(SQLITE_PING).fetchone()
-        except (sqlite3.Error, OSError) as error:
+            descriptor, _ = self.mapping()
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+            fcntl.flock(descriptor, fcntl.LOCK_UN)
+        except (OSError, ValueError) as error:
             self.local.pid = None
             raise StoreError(str(error)) from error
 
@@ -120,6 +158,6 @@ def private_directory(directory: Path) -> None:
 
 
 @functools.lru_cache(maxsize=4)
-def store_for(redis_url: str, directory: str) -> RedisStore | SQLiteStore:
-    """The store the settings name: Redis when REDIS_URL is set, else the SQLite file."""
-    return RedisStore(redis_url) if redis_url else SQLiteStore(directory)
+def store_for(redis_url: str, directory: str) -> RedisStore | CountersFileStore:
+    """The store the settings name: Redis when REDIS_URL is set, else the counters file."""
+    return RedisStore(redis_url) if redis_url else CountersFileStore(directory)

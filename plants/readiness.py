@@ -18,7 +18,7 @@ def database_answers() -> bool:
 
 
 def rate_limit_store_answers() -> bool:
-    """Redis answers PING, or the SQLite file opens and answers; true while throttling is off (no store)."""
+    """Redis answers PING, or the counters file opens and locks; true while throttling is off (no store)."""
     if rate_policy(settings.PLANTS_THROTTLE_RATE) is None:
         return True
     try:

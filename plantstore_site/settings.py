@@ -195,8 +195,8 @@ if proxy_header := os.environ.get("DJANGO_SECURE_PROXY_SSL_HEADER"):
 PLANTS_MAX_BODY_BYTES = env_int("PLANTS_MAX_BODY_BYTES", 4096)
 # Requests per token per window, as DRF reads a rate (checked at start-up by plants.throttling).
 PLANTS_THROTTLE_RATE = os.environ.get("PLANTS_THROTTLE_RATE", "600/minute")  # empty: no throttle
-# The counters' store: Redis when set (every server shares the limit), else a SQLite file in
-# PLANTS_THROTTLE_DIR that all worker processes of this server share (plants/rate_stores.py).
+# The counters' store: Redis when set (every server shares the limit), else a counters file in
+# PLANTS_THROTTLE_DIR that all worker processes of this server map (plants/rate_stores.py).
 REDIS_URL = os.environ.get("REDIS_URL", "")
 PLANTS_THROTTLE_DIR = os.environ.get("PLANTS_THROTTLE_DIR", "")
 # /metrics answers only requests bearing this token (Prometheus' `authorization` setting); unset, it is a 404.

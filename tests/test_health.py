@@ -78,7 +78,7 @@ def test_health_is_503_while_redis_is_stopped_and_liveness_stays_200(settings, r
 
 
 @pytest.mark.django_db
-def test_health_is_503_when_the_sqlite_rate_limit_file_cannot_be_opened(settings, tmp_path):
+def test_health_is_503_when_the_rate_limit_counters_file_cannot_be_opened(settings, tmp_path):
     settings.PLANTS_THROTTLE_RATE = "10/minute"
     settings.REDIS_URL = ""
     settings.PLANTS_THROTTLE_DIR = str(tmp_path / "shared")

@@ -2,7 +2,6 @@
 
 import json
 import math
-import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -32,9 +31,9 @@ class Clock:
         return self.now
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["file", "redis"])
 def store(request, settings, tmp_path):
-    """Each test runs against both stores: the default SQLite file, and a real redis-server."""
+    """Each test runs against both stores: the default counters file, and a real redis-server."""
     settings.PLANTS_THROTTLE_DIR = str(tmp_path / "rate-limits")
     settings.REDIS_URL = request.getfixturevalue("redis_server").url if request.param == "redis" else ""
     return request.param
@@ -143,7 +142,7 @@ def test_redis_outage_fails_closed_with_503_and_stores_nothing(settings, redis_s
     assert "rate-limit store unavailable: ConnectionError" in caplog.text
 
 
-def test_unwritable_sqlite_store_fails_closed_with_503(settings, tmp_path, post_plant, caplog):
+def test_unwritable_counters_file_fails_closed_with_503(settings, tmp_path, post_plant, caplog):
     settings.PLANTS_THROTTLE_RATE = "3/hour"
     settings.REDIS_URL = ""
     not_a_directory = tmp_path / "file"
@@ -158,33 +157,63 @@ def test_unwritable_sqlite_store_fails_closed_with_503(settings, tmp_path, post_
     assert "rate-limit store unavailable" in caplog.text
 
 
-def sqlite_rows(directory) -> list[tuple]:
-    with sqlite3.connect(directory / "rate-limits.sqlite3") as connection:
-        return connection.execute("SELECT token_key, window_start, count FROM rate_counter ORDER BY 2").fetchall()
+def test_file_that_is_not_a_counters_file_fails_closed_and_is_left_as_it_was(settings, tmp_path, post_plant):
+    settings.PLANTS_THROTTLE_RATE = "3/hour"
+    settings.REDIS_URL = ""
+    settings.PLANTS_THROTTLE_DIR = str(tmp_path)
+    (tmp_path / "rate-limits.counters").write_bytes(b"something else" * 1000)
+
+    response = post_plant({"id": 1, "name": "Rose"})
+
+    assert response.status_code == 503
+    assert (tmp_path / "rate-limits.counters").read_bytes() == b"something else" * 1000
+    assert not Plant.objects.exists()
 
 
-def test_sqlite_rows_of_windows_that_ended_long_ago_are_pruned_and_current_ones_kept(
-    settings, tmp_path, clock, post_plant, issued_token, api_client
+@pytest.fixture
+def other_client(api_client):
+    """A second token's create: its status code."""
+    _, secret = token_issue(name="other-client")
+
+    def post(plant_id: int) -> int:
+        headers = {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+        return api_client.post("/plants", {"id": plant_id, "name": "Fern"}, format="json", **headers).status_code
+
+    return post
+
+
+def test_counters_file_full_of_this_windows_tokens_fails_closed_for_a_new_token_until_the_window_turns(
+    settings, tmp_path, clock, post_plant, other_client, monkeypatch, caplog
 ):
     settings.PLANTS_THROTTLE_RATE = "3/hour"
     settings.REDIS_URL = ""
     settings.PLANTS_THROTTLE_DIR = str(tmp_path)
-    other, other_secret = token_issue(name="other-client")
-
-    def post_as_other(plant_id: int) -> int:
-        body = {"id": plant_id, "name": "Fern"}
-        headers = {"HTTP_AUTHORIZATION": f"Bearer {other_secret}"}
-        return api_client.post("/plants", body, format="json", **headers).status_code
+    monkeypatch.setattr("plants.rate_stores.COUNTERS_CAPACITY", 1)
 
     assert post_plant({"id": 1, "name": "Rose"}).status_code == 200
-    clock.now += HOUR
-    assert post_as_other(2) == 200
-    # The window just ended is kept (a request computed just before it turned may still count in it).
-    assert sqlite_rows(tmp_path) == [(issued_token[0].digest, WINDOW_START, 1), (other.digest, WINDOW_START + HOUR, 1)]
+    assert other_client(2) == 503
+    assert "tokens counted in this window fill the counters file" in caplog.text
+    assert post_plant({"id": 3, "name": "Rose"}).status_code == 200  # a token already counted goes on
 
     clock.now += HOUR
-    assert post_as_other(3) == 200
-    assert sqlite_rows(tmp_path) == [(other.digest, WINDOW_START + 2 * HOUR, 1)]
+    assert other_client(4) == 200
+    assert sorted(Plant.objects.values_list("id", flat=True)) == [1, 3, 4]
+
+
+def test_counters_file_keeps_its_size_whatever_the_tokens_and_windows(
+    settings, tmp_path, clock, post_plant, other_client
+):
+    settings.PLANTS_THROTTLE_RATE = "3/hour"
+    settings.REDIS_URL = ""
+    settings.PLANTS_THROTTLE_DIR = str(tmp_path)
+    assert post_plant({"id": 1, "name": "Rose"}).status_code == 200
+    size = (tmp_path / "rate-limits.counters").stat().st_size
+
+    for plant_id in range(2, 8):
+        clock.now += HOUR
+        assert other_client(plant_id) == 200
+
+    assert (tmp_path / "rate-limits.counters").stat().st_size == size
 
 
 @pytest.mark.parametrize(
@@ -213,8 +242,8 @@ def wait_out_the_top_of_the_hour(margin: float = 60) -> None:
         time.sleep(left + 1)
 
 
-def post_over_fresh_connections(servers, token: str, count: int) -> list[tuple]:
-    """`count` creates, spread over the servers from 6 client threads, each on a new connection."""
+def post_over_fresh_connections(servers, token: str, count: int, first_id: int = 0) -> list[tuple]:
+    """`count` creates (ids from `first_id`), spread over the servers from 6 client threads, each on a new connection."""
 
     def post(plant_id: int):
         status, headers, text = request(
@@ -223,7 +252,7 @@ def post_over_fresh_connections(servers, token: str, count: int) -> list[tuple]:
         return status, dict(headers or {}), text
 
     with ThreadPoolExecutor(max_workers=6) as pool:
-        return list(pool.map(post, range(count)))
+        return list(pool.map(post, range(first_id, first_id + count)))
 
 
 @pytest.mark.parametrize("store_name", ["default", "redis"])
@@ -232,7 +261,7 @@ def test_quota_is_exact_across_worker_processes_and_servers(production_unit, req
     if store_name == "redis":  # two servers sharing one Redis
         environment["REDIS_URL"] = request.getfixturevalue("redis_server").url
         servers = [production_unit(**environment), production_unit(**environment)]
-    else:  # one server, its workers sharing the SQLite file
+    else:  # one server, its workers sharing the counters file
         environment["PLANTS_THROTTLE_DIR"] = str(tmp_path / "rate-limits")
         servers = [production_unit(**environment)]
     wait_out_the_top_of_the_hour()
@@ -259,4 +288,19 @@ def test_quota_is_exact_across_worker_processes_and_servers(production_unit, req
         else:
             remaining.append(int(r))
     assert sorted(remaining) == list(range(QUOTA))
+    assert Plant.objects.count() == QUOTA
+
+
+def test_quota_spent_is_kept_across_a_restart_of_the_server(production_unit, tmp_path, token):
+    environment = {"PLANTS_THROTTLE_RATE": f"{QUOTA}/hour", "PLANTS_THROTTLE_DIR": str(tmp_path / "rate-limits")}
+    wait_out_the_top_of_the_hour()
+    first = production_unit(**environment)
+    spent = post_over_fresh_connections([first], token, QUOTA - 1)
+    first.stop()
+
+    second = production_unit(**environment)
+    answers = post_over_fresh_connections([second], token, 2, first_id=QUOTA)
+
+    assert [status for status, _, _ in spent] == [200] * (QUOTA - 1)
+    assert sorted(status for status, _, _ in answers) == [200, 429]
     assert Plant.objects.count() == QUOTA
