@@ -72,15 +72,18 @@ HTTP_LOCATION = """        location / {
             proxy_read_timeout 40s;
         }
 """
-# nginx's idle timeout on its upstream connections: below every HTTP upstream's own (HAProxy's 10 s,
-# gunicorn's keepalive 5 s, uvicorn's --timeout-keep-alive 5 s, granian's 30 s), so nginx never sends
-# a request on a connection the upstream is closing.
+# nginx's idle timeout on its upstream connections: below every HTTP upstream's own (HAProxy's
+# `timeout http-keep-alive` 10 s in deploy/cluster/haproxy.cfg, gunicorn's keepalive 5 s, uvicorn's
+# --timeout-keep-alive 5 s, granian's 30 s), so nginx closes an idle connection before the upstream
+# does and never sends a request on one the upstream is closing: nginx does not resend a POST that
+# failed once sent, so the client would get its 502 (our 503) (tests/test_upstream_keepalive.py).
 UPSTREAM_IDLE_S = 4
 
 
-def http_upstream(keepalive: bool):
+def http_upstream(keepalive: bool, idle_s: int = UPSTREAM_IDLE_S):
     """An edit for render_nginx_conf: proxy_pass to an HTTP upstream in place of uwsgi_pass, with
-    upstream keep-alive (as nginx's users configure it) or a new connection per request."""
+    upstream keep-alive (as nginx's users configure it; idle connections closed after `idle_s`)
+    or a new connection per request."""
 
     def edit(text: str) -> str:
         text, found = re.subn(
@@ -89,7 +92,7 @@ def http_upstream(keepalive: bool):
         if not found:
             raise RuntimeError("deploy/nginx.conf has no `location / {` block")
         if keepalive:
-            upstream = rf"\1        keepalive 32;\n        keepalive_timeout {UPSTREAM_IDLE_S}s;\n"
+            upstream = rf"\1        keepalive 32;\n        keepalive_timeout {idle_s}s;\n"
             text = re.sub(r"(        server [^;]+;\n)", upstream, text, count=1)
         return text
 
