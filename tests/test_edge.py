@@ -224,6 +224,20 @@ def test_server_refusal_returns_error_body_with_catalog_code(topology, name, dat
     assert_refused(answer, code)
 
 
+def test_refusal_the_edge_answers_itself_is_logged_once_with_the_method_sent(topology):
+    def edge_lines() -> list[dict]:
+        lines = (line[line.index("{") :] for line in topology.log().splitlines() if '{"edge": true' in line)
+        return [entry for entry in map(json.loads, lines) if entry["status"] == 413]
+
+    before = len(edge_lines())
+    answer = raw_request(topology.port, post(b"Content-Length: 2000000\r\n", b""))
+    time.sleep(0.5)
+
+    assert_refused(answer, ErrorCode.BODY_TOO_LARGE)
+    logged = edge_lines()[before:]
+    assert [(entry["method"], entry["path"]) for entry in logged] == [("POST", "/plants")]
+
+
 def test_http_1_0_get_with_a_body_is_answered(topology):
     status, headers, body = raw_request(
         topology.port, b"GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 3\r\n\r\nabc"

@@ -130,6 +130,6 @@ def topology_of_cluster(cluster: Cluster) -> Topology:
         "cluster",
         cluster.front.port,
         cluster.units[0].env,
-        lambda: [unit.log() for unit in cluster.units],
+        lambda: [cluster.front.log(), *(unit.log() for unit in cluster.units)],
         lambda: [pid for unit in cluster.units for pid in unit.worker_pids()],
     )
