@@ -4,7 +4,8 @@ from datetime import timedelta
 
 from django.db.models import Q
 from django.utils import timezone
-from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework import HTTP_HEADER_ENCODING
+from rest_framework.authentication import BaseAuthentication
 
 from plants import metrics
 from plants.exceptions import InvalidToken, MalformedCredentials
@@ -15,6 +16,13 @@ from plants.tokens import MAX_TOKEN_LENGTH, token_digest
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 # Why a token that exists is refused, by its status.
 REFUSED_BECAUSE = {TokenStatus.REVOKED: "The token has been revoked.", TokenStatus.EXPIRED: "The token has expired."}
+
+
+def authorization_header(request) -> bytes:
+    """The Authorization header as bytes, as DRF's get_authorization_header() returns it, read from
+    META: that function reads `request.headers`, which first copies every header of the request."""
+    header = request.META.get("HTTP_AUTHORIZATION", b"")
+    return header.encode(HTTP_HEADER_ENCODING) if isinstance(header, str) else header
 
 
 class BearerTokenAuthentication(BaseAuthentication):
@@ -31,7 +39,7 @@ class BearerTokenAuthentication(BaseAuthentication):
     realm = "plants"
 
     def authenticate(self, request):
-        parts = get_authorization_header(request).split()
+        parts = authorization_header(request).split()
         if not parts or parts[0].lower() != self.keyword:
             # The API's only authenticator: this request ends as 401 UNAUTHENTICATED.
             metrics.AUTH_FAILURE["missing"].inc()
