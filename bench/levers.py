@@ -34,6 +34,14 @@ VARIANTS = {
 }
 
 
+# Not a variant: the bare Django view (bench/views.py) on the baseline's own unit, the floor that
+# make bench's "service ÷ bare view" target is measured against, beside the levers.
+BARE = (
+    "the bare Django view in the baseline's unit (no authentication, validation, throttle, log line)",
+    "/bench/bare-plants",
+)
+
+
 def start(env: dict):
     return service(LOG_DIR, **{**ENV, **env}).start()
 
@@ -45,6 +53,7 @@ def main() -> None:
         for name, (_, env) in VARIANTS.items():
             servers[name] = start(dict(env))
         targets = {name: (name, "/plants", name) for name in VARIANTS}
+        targets["bare"] = ("baseline", BARE[1], "bare")
         rounds = run_rounds(servers, token, targets, ROUNDS, SECONDS)
     finally:
         for server in servers.values():
@@ -53,7 +62,8 @@ def main() -> None:
     print(f"\n{ROUNDS} rounds of {SECONDS} s; CPU per request: nginx and the app server's processes")
     print("| lever (behind nginx) | requests/s ÷ baseline | CPU per request | statements per create | errors |")
     print("|---|---|---|---|---|")
-    for name, (description, _) in VARIANTS.items():
+    rows = {name: description for name, (description, _) in VARIANTS.items()} | {"bare": BARE[0]}
+    for name, description in rows.items():
         figures = summarize(rounds[name])
         cpu = f"{figures['cpu_us']:.0f} µs ({figures['cpu_us'] / base_cpu - 1:+.0%})"
         errors = figures["non_2xx"] + figures["socket_errors"]

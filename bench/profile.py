@@ -34,7 +34,7 @@ PARTS = [
     (r"by_digest \(plants/models", "authentication: token SELECT (ORM cursor, psycopg, round trip)"),
     (r"plants/authentication", "authentication: header, SHA-256, status checks"),
     (r"plant_create \(plants/services", "the INSERT (ORM create, psycopg, round trip)"),
-    (r"plants/(throttling|rate_stores)", "throttle (one increment in the SQLite rate-limit file)"),
+    (r"plants/(throttling|rate_stores)", "throttle (one increment in the rate-limit counters file)"),
     (r"plants/metrics|prometheus_client/", "metrics (RequestMetricsMiddleware, counters)"),
     (r"plants/parsers|Request\._parse|Request\._load_data|Request\.data ", "reading the body, JSON parse"),
     (r"plants/serializers|rest_framework/(serializers|fields)\.py", "NewPlant validation (DRF serializer)"),
