@@ -19,10 +19,11 @@ def database_answers() -> bool:
 
 def rate_limit_store_answers() -> bool:
     """Redis answers PING, or the counters file opens and locks; true while throttling is off (no store)."""
-    if rate_policy(settings.PLANTS_THROTTLE_RATE) is None:
+    policy = rate_policy(settings.PLANTS_THROTTLE_RATE)
+    if policy is None:
         return True
     try:
-        store_for(settings.REDIS_URL, settings.PLANTS_THROTTLE_DIR).ping()
+        store_for(settings.REDIS_URL, settings.PLANTS_THROTTLE_DIR).ping(policy.window)
     except StoreError:
         return False
     return True

@@ -1,7 +1,11 @@
 """Per-token rate limits: RateLimit headers on every counted answer, 429 past the quota, one shared count."""
 
+import fcntl
 import json
 import math
+import multiprocessing
+import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -9,6 +13,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from plants.models import Plant
+from plants.rate_stores import CountersFileStore
 from plants.services import token_issue
 from plants.throttling import RatePolicy, rate_policy
 from tests.live import request
@@ -157,16 +162,20 @@ def test_unwritable_counters_file_fails_closed_with_503(settings, tmp_path, post
     assert "rate-limit store unavailable" in caplog.text
 
 
+def counters_file(directory, window: int = HOUR):
+    return directory / f"rate-limits-{window}s.counters"
+
+
 def test_file_that_is_not_a_counters_file_fails_closed_and_is_left_as_it_was(settings, tmp_path, post_plant):
     settings.PLANTS_THROTTLE_RATE = "3/hour"
     settings.REDIS_URL = ""
     settings.PLANTS_THROTTLE_DIR = str(tmp_path)
-    (tmp_path / "rate-limits.counters").write_bytes(b"something else" * 1000)
+    counters_file(tmp_path).write_bytes(b"something else" * 1000)
 
     response = post_plant({"id": 1, "name": "Rose"})
 
     assert response.status_code == 503
-    assert (tmp_path / "rate-limits.counters").read_bytes() == b"something else" * 1000
+    assert counters_file(tmp_path).read_bytes() == b"something else" * 1000
     assert not Plant.objects.exists()
 
 
@@ -207,13 +216,128 @@ def test_counters_file_keeps_its_size_whatever_the_tokens_and_windows(
     settings.REDIS_URL = ""
     settings.PLANTS_THROTTLE_DIR = str(tmp_path)
     assert post_plant({"id": 1, "name": "Rose"}).status_code == 200
-    size = (tmp_path / "rate-limits.counters").stat().st_size
+    size = counters_file(tmp_path).stat().st_size
 
     for plant_id in range(2, 8):
         clock.now += HOUR
         assert other_client(plant_id) == 200
 
-    assert (tmp_path / "rate-limits.counters").stat().st_size == size
+    assert counters_file(tmp_path).stat().st_size == size
+
+
+@pytest.fixture
+def counting_in(settings, tmp_path, clock):
+    """3/hour in a counters file of the test's own: its directory."""
+    settings.PLANTS_THROTTLE_RATE = "3/hour"
+    settings.REDIS_URL = ""
+    settings.PLANTS_THROTTLE_DIR = str(tmp_path)
+    return tmp_path
+
+
+def test_a_clock_that_ran_ahead_once_does_not_hold_the_count_back(counting_in, clock, post_plant):
+    clock.now = NOW + 24 * HOUR  # one request under a clock a day ahead, then the clock is put right
+    assert post_plant({"id": 1, "name": "Rose"}).status_code == 200
+    clock.now = NOW
+
+    statuses = [post_plant({"id": plant_id, "name": "Rose"}).status_code for plant_id in range(2, 6)]
+
+    assert statuses == [200, 200, 200, 429]
+
+
+def test_two_rates_count_in_files_of_their_own(tmp_path):
+    store = CountersFileStore(str(tmp_path))
+    hourly = []
+    for minute in range(4):
+        store.increment("minute-token", WINDOW_START + minute * 60, 60)
+        hourly.append(store.increment("hour-token", WINDOW_START, HOUR))
+
+    assert hourly == [1, 2, 3, 4]
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "rate-limits-3600s.counters",
+        "rate-limits-60s.counters",
+    ]
+
+
+def test_counters_file_cut_short_while_in_use_answers_503_and_the_process_lives_on(counting_in, post_plant):
+    assert post_plant({"id": 1, "name": "Rose"}).status_code == 200
+    os.truncate(counters_file(counting_in), 100)
+
+    response = post_plant({"id": 2, "name": "Rose"})
+
+    assert (response.status_code, response.json()["error"]) == (503, 50300)
+    assert list(Plant.objects.values_list("id", flat=True)) == [1]
+
+
+def test_counters_file_removed_while_in_use_is_made_again_and_counting_goes_on_there(counting_in, post_plant):
+    assert post_plant({"id": 1, "name": "Rose"}).status_code == 200
+    counters_file(counting_in).unlink()
+
+    response = post_plant({"id": 2, "name": "Rose"})
+
+    assert response.status_code == 200
+    assert rate_limit_headers(response)[1] == '"default";r=2;t=2600'
+    assert counters_file(counting_in).exists()
+
+
+def test_counters_file_locked_past_the_timeout_answers_503_until_it_is_released(counting_in, post_plant, monkeypatch):
+    monkeypatch.setattr("plants.rate_stores.LOCK_TIMEOUT_SECONDS", 0.2)
+    assert post_plant({"id": 1, "name": "Rose"}).status_code == 200
+    with open(counters_file(counting_in), "rb") as holder:  # another process's lock, stuck
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        stuck = post_plant({"id": 2, "name": "Rose"})
+        fcntl.flock(holder, fcntl.LOCK_UN)
+
+    assert (stuck.status_code, stuck.json()["error"]) == (503, 50300)
+    assert post_plant({"id": 3, "name": "Rose"}).status_code == 200
+    assert sorted(Plant.objects.values_list("id", flat=True)) == [1, 3]
+
+
+def test_symlink_at_the_counters_file_path_is_refused_and_its_target_never_made(counting_in, post_plant):
+    target = counting_in / "elsewhere"
+    counters_file(counting_in).symlink_to(target)
+
+    response = post_plant({"id": 1, "name": "Rose"})
+
+    assert response.status_code == 503
+    assert not target.exists()
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_threads_of_a_process_share_one_open_counters_file(tmp_path):
+    store = CountersFileStore(str(tmp_path))
+    store.increment("token", WINDOW_START, HOUR)
+    before = open_descriptors()
+
+    for _ in range(20):  # a thread per request, as some servers run them
+        thread = threading.Thread(target=store.increment, args=("token", WINDOW_START, HOUR))
+        thread.start()
+        thread.join()
+
+    assert open_descriptors() == before
+    assert store.increment("token", WINDOW_START, HOUR) == 22
+
+
+def count_in_child(store, results) -> None:
+    results.put([store.increment("token", WINDOW_START, HOUR) for _ in range(50)])
+
+
+def test_a_process_forked_after_counting_counts_on_in_the_same_file_exactly(tmp_path):
+    store = CountersFileStore(str(tmp_path))
+    assert store.increment("token", WINDOW_START, HOUR) == 1
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    children = [context.Process(target=count_in_child, args=(store, results)) for _ in range(2)]
+    for child in children:
+        child.start()
+    counted = [count for _ in children for count in results.get(timeout=30)]
+    for child in children:
+        child.join(timeout=30)
+
+    assert sorted(counted) == list(range(2, 102))
+    assert store.increment("token", WINDOW_START, HOUR) == 102
 
 
 @pytest.mark.parametrize(
