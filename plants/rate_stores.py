@@ -76,45 +76,44 @@ class CountersFileStore:
 
     def __init__(self, directory: str):
         self.directory = Path(directory) if directory else default_directory()
-        self.reset()
+        self.files: dict[int, CountersFile] = {}
+        self.lock = threading.Lock()
         # A forked child must not use (or keep) its parent's descriptors, mappings or thread lock.
         os.register_at_fork(after_in_child=functools.partial(_reset_after_fork, weakref.ref(self)))
 
     def reset(self) -> None:
-        for counters in getattr(self, "files", {}).values():
+        """Forget the open files and make a new thread lock (a forked child: they were its parent's)."""
+        for counters in self.files.values():
             counters.close()
-        self.files: dict[int, CountersFile] = {}
-        self.lock = threading.Lock()
+        self.files, self.lock = {}, threading.Lock()
 
     def path(self, window: int) -> Path:
         return self.directory / f"rate-limits-{window}s.counters"
 
     def increment(self, token_key: str, window_start: int, window: int) -> int:
         key = hashlib.blake2b(token_key.encode(), digest_size=16).digest()
-        if not self.lock.acquire(timeout=LOCK_TIMEOUT_SECONDS):
-            raise StoreError(f"the counters file's thread lock was held for over {LOCK_TIMEOUT_SECONDS} s")
-        try:
-            return self.use(window, lambda counters: counters.increment(key, window_start, window))
-        finally:
-            self.lock.release()
+        return self.use(window, CountersFile.increment, key, window_start, window)
 
     def ping(self, window: int) -> None:
         """Open and map the window's file (as a request would) and take its lock: the readiness check."""
-        with self.lock:
-            self.use(window, CountersFile.check)
+        self.use(window, CountersFile.check)
 
-    def use(self, window: int, action):
-        """`action(counters)` on the window's file, opened on first use; the caller holds self.lock."""
+    def use(self, window: int, action, *args):
+        """`action(counters, *args)` on the window's file, opened on first use, under the thread lock."""
+        if not self.lock.acquire(timeout=LOCK_TIMEOUT_SECONDS):
+            raise StoreError(f"the counters file's thread lock was held for over {LOCK_TIMEOUT_SECONDS} s")
         try:
             try:
-                return action(self.opened(window))
+                return action(self.opened(window), *args)
             except FileGone:
                 # Removed or replaced while in use: every process moves to the file now at the path.
                 self.drop(window)
-                return action(self.opened(window))
+                return action(self.opened(window), *args)
         except (OSError, ValueError) as error:
             self.drop(window)  # open afresh next time: the file may have been fixed
             raise StoreError(str(error)) from error
+        finally:
+            self.lock.release()
 
     def opened(self, window: int) -> "CountersFile":
         counters = self.files.get(window)
@@ -146,11 +145,8 @@ class CountersFile:
         self.file = os.fdopen(descriptor, "r+b", buffering=0)
         self.mapped = None
         try:
-            lock(self.file)
-            try:
+            with Locked(self.file):
                 self.mapped = self.map()
-            finally:
-                fcntl.flock(self.file, fcntl.LOCK_UN)
         except BaseException:
             self.close()
             raise
@@ -180,11 +176,8 @@ class CountersFile:
 
     def check(self) -> None:
         """Take the lock and see that the file is still the one mapped."""
-        lock(self.file)
-        try:
+        with Locked(self.file):
             self.check_still_mapped()
-        finally:
-            fcntl.flock(self.file, fcntl.LOCK_UN)
 
     def check_still_mapped(self) -> None:
         # Counting on in a file removed or replaced would split the count from the processes that
@@ -195,32 +188,38 @@ class CountersFile:
             raise FileGone(f"{self.path} was removed, replaced or cut short while in use")
 
     def increment(self, key: bytes, window_start: int, window: int) -> int:
-        lock(self.file)
-        try:
+        with Locked(self.file):
             self.check_still_mapped()
             return count(self.mapped, key, window_start, window)
-        finally:
-            fcntl.flock(self.file, fcntl.LOCK_UN)
 
 
-def lock(file) -> None:
-    """flock(LOCK_EX) on `file`, giving up after LOCK_TIMEOUT_SECONDS (TimeoutError, an OSError)."""
-    tries, deadline = 0, None
-    while True:
-        try:
-            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            now = time.monotonic()
-            deadline = deadline or now + LOCK_TIMEOUT_SECONDS
-            if now >= deadline:
-                raise TimeoutError(f"the counters file was locked for over {LOCK_TIMEOUT_SECONDS} s") from None
-            tries += 1
-            # The holder's work takes microseconds: let it run, then back off should it be stopped.
-            if tries < 100:
-                os.sched_yield()
-            else:
-                time.sleep(0.0005)
+class Locked:
+    """flock(LOCK_EX) on `file` for a `with` block, given up after LOCK_TIMEOUT_SECONDS (TimeoutError,
+    an OSError). A class, not a generator: it is on every counted request's path."""
+
+    def __init__(self, file):
+        self.file = file
+
+    def __enter__(self) -> None:
+        tries, deadline = 0, None
+        while True:
+            try:
+                fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                now = time.monotonic()
+                deadline = deadline or now + LOCK_TIMEOUT_SECONDS
+                if now >= deadline:
+                    raise TimeoutError(f"the counters file was locked for over {LOCK_TIMEOUT_SECONDS} s") from None
+                tries += 1
+                # The holder's work takes microseconds: let it run, then back off should it be stopped.
+                if tries < 100:
+                    os.sched_yield()
+                else:
+                    time.sleep(0.0005)
+
+    def __exit__(self, *exception) -> None:
+        fcntl.flock(self.file, fcntl.LOCK_UN)
 
 
 def count(mapped: mmap.mmap, key: bytes, window_start: int, window: int) -> int:
