@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
-from deploy.processes import ROOT, ServerProcess, free_port, render, stop_process, wait_until
+from deploy.processes import ROOT, ServerProcess, accepts_connections, free_port, render, stop_process, wait_until
 from deploy.unit import Unit, http_upstream, nginx_command, render_nginx_conf
 
 DEPLOY = ROOT / "deploy" / "cluster"
@@ -91,16 +91,8 @@ class PgBouncer:
             stderr=(self.work_dir / "stderr.log").open("wb"),
             **as_unprivileged_user(),
         )
-
-        def accepts() -> bool:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return True
-            except OSError:
-                return False
-
         try:
-            wait_until(accepts, self.process, 10, "pgbouncer")
+            wait_until(lambda: accepts_connections(self.port), self.process, 10, "pgbouncer")
         except RuntimeError as error:
             raise RuntimeError(f"{error}: {self.log()}") from None
         return self

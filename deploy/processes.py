@@ -36,6 +36,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return probe.getsockname()[1]
 
 
+def accepts_connections(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something listens on `port`: a TCP connection opens (and is closed at once)."""
+    try:
+        socket.create_connection((host, port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
 def http_status(url: str, timeout: float = 2) -> int | None:
     """The status of GET `url` (http://host:port/path), None when nothing answered."""
     host_port, _, path = url.removeprefix("http://").partition("/")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from deploy.cluster import HAProxy
-from deploy.processes import ROOT, ServerProcess, free_port, wait_until
+from deploy.processes import ROOT, ServerProcess, accepts_connections, free_port, wait_until
 from deploy.unit import UPSTREAM_IDLE_S, http_upstream, nginx_command, render_nginx_conf
 from tests.live import request
 
@@ -127,14 +127,6 @@ class IdleClosingUpstream:
         return [[json.loads(body) for body in record.bodies] for record in self.connections]
 
 
-def accepts(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-        return True
-    except OSError:
-        return False
-
-
 @pytest.fixture
 def nginx_in_front():
     """`url, upstream = nginx_in_front(upstream_idle_s, nginx_idle_s)`: an IdleClosingUpstream and
@@ -153,7 +145,7 @@ def nginx_in_front():
         started.append((upstream, nginx, run_dir))
         nginx.launch()
         # Ready once it accepts: a request would open a connection to the stub and be counted.
-        wait_until(lambda: accepts(port), nginx.process, 10, "nginx")
+        wait_until(lambda: accepts_connections(port), nginx.process, 10, "nginx")
         return f"http://127.0.0.1:{port}", upstream
 
     yield start
