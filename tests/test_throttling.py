@@ -166,16 +166,22 @@ def counters_file(directory, window: int = HOUR):
     return directory / f"rate-limits-{window}s.counters"
 
 
-def test_file_that_is_not_a_counters_file_fails_closed_and_is_left_as_it_was(settings, tmp_path, post_plant):
+@pytest.fixture
+def counting_in(settings, tmp_path, clock):
+    """3/hour in a counters file of the test's own: its directory."""
     settings.PLANTS_THROTTLE_RATE = "3/hour"
     settings.REDIS_URL = ""
     settings.PLANTS_THROTTLE_DIR = str(tmp_path)
-    counters_file(tmp_path).write_bytes(b"something else" * 1000)
+    return tmp_path
+
+
+def test_file_that_is_not_a_counters_file_fails_closed_and_is_left_as_it_was(counting_in, post_plant):
+    counters_file(counting_in).write_bytes(b"something else" * 1000)
 
     response = post_plant({"id": 1, "name": "Rose"})
 
     assert response.status_code == 503
-    assert counters_file(tmp_path).read_bytes() == b"something else" * 1000
+    assert counters_file(counting_in).read_bytes() == b"something else" * 1000
     assert not Plant.objects.exists()
 
 
@@ -192,11 +198,8 @@ def other_client(api_client):
 
 
 def test_counters_file_full_of_this_windows_tokens_fails_closed_for_a_new_token_until_the_window_turns(
-    settings, tmp_path, clock, post_plant, other_client, monkeypatch, caplog
+    counting_in, clock, post_plant, other_client, monkeypatch, caplog
 ):
-    settings.PLANTS_THROTTLE_RATE = "3/hour"
-    settings.REDIS_URL = ""
-    settings.PLANTS_THROTTLE_DIR = str(tmp_path)
     monkeypatch.setattr("plants.rate_stores.COUNTERS_CAPACITY", 1)
 
     assert post_plant({"id": 1, "name": "Rose"}).status_code == 200
@@ -209,29 +212,15 @@ def test_counters_file_full_of_this_windows_tokens_fails_closed_for_a_new_token_
     assert sorted(Plant.objects.values_list("id", flat=True)) == [1, 3, 4]
 
 
-def test_counters_file_keeps_its_size_whatever_the_tokens_and_windows(
-    settings, tmp_path, clock, post_plant, other_client
-):
-    settings.PLANTS_THROTTLE_RATE = "3/hour"
-    settings.REDIS_URL = ""
-    settings.PLANTS_THROTTLE_DIR = str(tmp_path)
+def test_counters_file_keeps_its_size_whatever_the_tokens_and_windows(counting_in, clock, post_plant, other_client):
     assert post_plant({"id": 1, "name": "Rose"}).status_code == 200
-    size = counters_file(tmp_path).stat().st_size
+    size = counters_file(counting_in).stat().st_size
 
     for plant_id in range(2, 8):
         clock.now += HOUR
         assert other_client(plant_id) == 200
 
-    assert counters_file(tmp_path).stat().st_size == size
-
-
-@pytest.fixture
-def counting_in(settings, tmp_path, clock):
-    """3/hour in a counters file of the test's own: its directory."""
-    settings.PLANTS_THROTTLE_RATE = "3/hour"
-    settings.REDIS_URL = ""
-    settings.PLANTS_THROTTLE_DIR = str(tmp_path)
-    return tmp_path
+    assert counters_file(counting_in).stat().st_size == size
 
 
 def test_a_clock_that_ran_ahead_once_does_not_hold_the_count_back(counting_in, clock, post_plant):
