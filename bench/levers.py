@@ -36,10 +36,8 @@ VARIANTS = {
 
 # Not a variant: the bare Django view (bench/views.py) on the baseline's own unit, the floor that
 # make bench's "service ÷ bare view" target is measured against, beside the levers.
-BARE = (
-    "the bare Django view in the baseline's unit (no authentication, validation, throttle, log line)",
-    "/bench/bare-plants",
-)
+BARE_PATH = "/bench/bare-plants"
+BARE_ROW = "the bare Django view in the baseline's unit (no authentication, validation, throttle, log line)"
 
 
 def start(env: dict):
@@ -53,7 +51,7 @@ def main() -> None:
         for name, (_, env) in VARIANTS.items():
             servers[name] = start(dict(env))
         targets = {name: (name, "/plants", name) for name in VARIANTS}
-        targets["bare"] = ("baseline", BARE[1], "bare")
+        targets["bare"] = ("baseline", BARE_PATH, "bare")
         rounds = run_rounds(servers, token, targets, ROUNDS, SECONDS)
     finally:
         for server in servers.values():
@@ -62,7 +60,7 @@ def main() -> None:
     print(f"\n{ROUNDS} rounds of {SECONDS} s; CPU per request: nginx and the app server's processes")
     print("| lever (behind nginx) | requests/s ÷ baseline | CPU per request | statements per create | errors |")
     print("|---|---|---|---|---|")
-    rows = {name: description for name, (description, _) in VARIANTS.items()} | {"bare": BARE[0]}
+    rows = {name: description for name, (description, _) in VARIANTS.items()} | {"bare": BARE_ROW}
     for name, description in rows.items():
         figures = summarize(rounds[name])
         cpu = f"{figures['cpu_us']:.0f} µs ({figures['cpu_us'] / base_cpu - 1:+.0%})"
