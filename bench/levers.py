@@ -26,9 +26,9 @@ VARIANTS = {
     "no-throttle": ("rate limit off (`PLANTS_THROTTLE_RATE=`)", {"PLANTS_THROTTLE_RATE": ""}),
     "no-request-log": ("request log off (plants.requests at WARNING)", {"BENCH_LEVERS": "no-request-log"}),
     "no-metrics": ("metrics middleware off", {"BENCH_LEVERS": "no-metrics"}),
-    "admin-middleware": (
-        "the admin's middleware run on API paths too (as before they skipped it)",
-        {"BENCH_LEVERS": "admin-middleware-on-api"},
+    "no-admin-middleware": (
+        "the admin's middleware off (sessions, CSRF, auth, messages, WhiteNoise, axes): serving the admin apart",
+        {"BENCH_LEVERS": "no-admin-middleware"},
     ),
     "extras-off": ("all three of: rate limit, request log, metrics off", EXTRAS_OFF),
 }

@@ -15,7 +15,9 @@ SETTINGS = {
     "APP_PROCESSES": str(os.cpu_count() or 1),  # worker processes: one per core
     "APP_THREADS": "4",  # threads per process (8 measured better with the database ~5 ms away)
     "APP_TIMEOUT": "30",  # seconds a request may run before its worker is replaced (harakiri)
-    "APP_MAX_REQUESTS": "20000",  # requests before a worker is recycled, so a slow leak stays bounded
+    # Requests before a worker is recycled; 0, the default: never. Each worker that exits leaves its
+    # metric files, which /metrics keeps summing until the server restarts (README, Metrics).
+    "APP_MAX_REQUESTS": "0",
 }
 
 

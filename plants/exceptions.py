@@ -8,6 +8,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
+from rest_framework.serializers import as_serializer_error
 
 from plants import metrics
 
@@ -164,7 +165,7 @@ def error_code_for(exc: exceptions.APIException) -> ErrorCode:
 def _as_drf_exception(exc: Exception) -> Exception:
     """Map Django's exceptions onto DRF's, as DRF's own handler does, plus database outages."""
     if isinstance(exc, DjangoValidationError):
-        return exceptions.ValidationError(exceptions.as_serializer_error(exc))
+        return exceptions.ValidationError(as_serializer_error(exc))
     if isinstance(exc, Http404):
         return exceptions.NotFound()
     if isinstance(exc, DjangoPermissionDenied):

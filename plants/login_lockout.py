@@ -1,34 +1,44 @@
-"""Admin login lockout: django-axes' database handler with one limit per (user name, client) and one per client."""
+"""Admin login lockout: one limit per (user name, client) and one per client, on django-axes' documented settings."""
 
-from axes.handlers.database import AxesDatabaseHandler
+from axes.models import AccessAttempt
 from django.conf import settings
+from django.contrib.auth.signals import user_logged_in
 from django.db.models import Sum
+from django.dispatch import receiver
+from django.utils import timezone
+
+from plants.views import client_ip
 
 
-def _failures(attempts) -> int:
+def pair_failures(username: str | None, address: str | None) -> int:
+    """Failed logins for `username` from `address` within the cool-off time, as axes records them."""
+    attempts = AccessAttempt.objects.filter(
+        username=username, ip_address=address, attempt_time__gte=timezone.now() - settings.AXES_COOLOFF_TIME
+    )
     return attempts.aggregate(total=Sum("failures_since_start"))["total"] or 0
 
 
-class PairAndClientLockoutHandler(AxesDatabaseHandler):
-    """Locks a user name for one client after AXES_FAILURE_LIMIT failures (PLANTS_ADMIN_LOGIN_FAILURES),
-    and a client for every name after PLANTS_ADMIN_CLIENT_LOGIN_FAILURES, with
-    AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"] in that order.
+def failure_limit(request, credentials) -> int:
+    """AXES_FAILURE_LIMIT, as a callable: the limit axes compares a login's failures with.
 
-    axes itself compares the larger of the two counts with its one limit, and a client's count is
-    never below any of its pairs', so with one limit the pair would never be the one that locks.
+    With AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"], axes counts the larger of
+    the pair's failures and the client's, and the client's are never fewer. So: the pair's limit
+    (PLANTS_ADMIN_LOGIN_FAILURES) once the pair has reached it, else the client's
+    (PLANTS_ADMIN_CLIENT_LOGIN_FAILURES): a pair is locked at 5, a client at 20 whatever the names.
     """
+    username = (credentials or request.POST).get("username")
+    pair_limit = settings.PLANTS_ADMIN_LOGIN_FAILURES
+    if pair_failures(username, client_ip(request)) >= pair_limit:
+        return pair_limit
+    return settings.PLANTS_ADMIN_CLIENT_LOGIN_FAILURES
 
-    def get_failures(self, request, credentials=None) -> int:
-        pair_attempts, client_attempts = self.get_user_attempts(request, credentials)
-        pair_limit, client_limit = settings.AXES_FAILURE_LIMIT, settings.PLANTS_ADMIN_CLIENT_LOGIN_FAILURES
-        # The client's count scaled onto the pair's limit: floor(n * pair / client) >= pair exactly
-        # when n >= client, so axes' one comparison applies both limits.
-        return max(_failures(pair_attempts), _failures(client_attempts) * pair_limit // client_limit)
 
-    def reset_user_attempts(self, request, credentials=None) -> int:
-        # A login clears that user's failures from that client only. axes' own reset also clears
-        # the client's: whoever owns one account could then guess another's password without end,
-        # a few guesses between each of its own logins.
-        pair_attempts = self.filter_user_attempts(request, credentials)[0]
-        count, _ = pair_attempts.delete()
-        return count
+@receiver(user_logged_in)
+def forget_the_pair_s_failures(sender, request, user, **kwargs) -> None:
+    """A login clears that user's failures from that client, and no others (AXES_RESET_ON_SUCCESS off).
+
+    axes' own reset would clear the client's too: whoever owns one account could then guess another's
+    password without end, a few guesses between each of its own logins.
+    """
+    if request is not None:
+        AccessAttempt.objects.filter(username=user.get_username(), ip_address=client_ip(request)).delete()

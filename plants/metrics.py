@@ -2,7 +2,6 @@
 
 import os
 import time
-from pathlib import Path
 
 from prometheus_client import (
     CONTENT_TYPE_PLAIN_0_0_4,
@@ -13,8 +12,6 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
-
-from plants import metric_files
 
 # Under the app server every worker writes its samples to files in PROMETHEUS_MULTIPROC_DIR (one folder
 # per server, emptied at start by deploy/unit.py) and /metrics sums them; elsewhere (runserver, tests)
@@ -97,10 +94,8 @@ def exposition() -> bytes:
     """Every metric in Prometheus' text format, summed over the server's worker processes, living or not."""
     if not MULTIPROCESS:
         return generate_latest(REGISTRY)
-    # Exited workers' files (recycled by max_requests, or killed) are folded into one archive set
-    # first, so the folder holds one set per living worker plus one, not one per worker ever started.
-    directory = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
-    with metric_files.folded(directory):
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry, path=str(directory))
-        return generate_latest(registry)
+    # prometheus-client's multiprocess mode: every worker's files, an exited worker's included (its
+    # counts never drop out of the totals), until the server starts again and empties the folder.
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    return generate_latest(registry)

@@ -1,15 +1,10 @@
-"""Middleware: one structured log line per request, and the admin's middleware kept off the API."""
+"""Middleware: one structured log line per request."""
 
 import json
 import logging
 import os
 import re
 import time
-
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured, MiddlewareNotUsed
-from django.core.handlers.exception import convert_exception_to_response
-from django.utils.module_loading import import_string
 
 logger = logging.getLogger("plants.requests")
 
@@ -52,42 +47,3 @@ class RequestLogMiddleware:
             # handlers apply as they would.
             logger.handle(logger.makeRecord(logger.name, logging.INFO, __file__, 0, line, None, None, "__call__"))
         return response
-
-
-class AdminMiddleware:
-    """Runs the middleware of settings.ADMIN_MIDDLEWARE, in order, for every path but settings.PLANTS_API_PATHS.
-
-    One entry of MIDDLEWARE, so the test client runs exactly what a server runs. Django's own
-    loader would call the inner classes' process_view for every request; here it is called only
-    for requests that ran the chain (CSRF's check is a process_view).
-    """
-
-    def __init__(self, get_response):
-        self.get_response = get_response
-        self.api_paths = frozenset(settings.PLANTS_API_PATHS)
-        self.view_hooks = []
-        handler = get_response
-        for path in reversed(settings.ADMIN_MIDDLEWARE):
-            try:
-                middleware = import_string(path)(handler)
-            except MiddlewareNotUsed:
-                continue
-            if hasattr(middleware, "process_exception") or hasattr(middleware, "process_template_response"):
-                raise ImproperlyConfigured(f"ADMIN_MIDDLEWARE: {path} has hooks AdminMiddleware does not run.")
-            if hasattr(middleware, "process_view"):
-                self.view_hooks.insert(0, middleware.process_view)
-            handler = convert_exception_to_response(middleware)
-        self.admin_chain = handler
-
-    def __call__(self, request):
-        if request.path_info in self.api_paths:
-            return self.get_response(request)
-        return self.admin_chain(request)
-
-    def process_view(self, request, view, args, kwargs):
-        if request.path_info in self.api_paths:
-            return None
-        for hook in self.view_hooks:
-            if response := hook(request, view, args, kwargs):
-                return response
-        return None

@@ -2,6 +2,7 @@
 
 import functools
 
+from django.core.exceptions import ImproperlyConfigured
 from django.utils.functional import cached_property
 from rest_framework import serializers
 
@@ -52,10 +53,7 @@ class NewPlantSerializer(serializers.Serializer):
 
     @cached_property
     def fields(self):
-        # DRF deep-copies and binds every declared field for each serializer instance, so that one
-        # may change its fields; ours never do, and validating reads a field without changing it
-        # (tests/test_validation.py checks both, across threads), so each class binds them once.
-        return bound_fields(type(self))
+        return shared_bound_fields(type(self))
 
     def to_internal_value(self, data):
         unknown = {
@@ -71,15 +69,30 @@ class NewPlantSerializer(serializers.Serializer):
 
 
 @functools.cache
-def bound_fields(serializer_class: type[serializers.Serializer]) -> dict:
-    """The class's declared fields, copied and bound once to an instance of it, as DRF binds them.
+def shared_bound_fields(serializer_class: type[serializers.Serializer]) -> dict:
+    """The seam: the class's fields, bound by DRF once per class instead of once per instance.
 
-    Each field's validators, which DRF makes on first use, are made here, so no request sets them.
+    DRF's `Serializer.fields` deep-copies and binds every declared field for each instance, so that
+    an instance may change its own; that was a tenth of a create's CPU (BENCHMARKS.md, issue 25).
+    Ours never change them, and validating only reads a field, so every instance and thread shares
+    the fields DRF binds for one instance of the class (DRF's own `fields`, reached through
+    `super()`). Its price: each field's `parent` is that instance, so no field may read the
+    serializer's context; one that would is refused here, at start-up, rather than misbehaving.
+    Pinned by tests/test_validation.py: shared fields validate exactly as DRF's own per-instance
+    ones on every case, never change while validating (across threads), and the refusal.
     """
-    fields = serializers.Serializer.fields.real_func(serializer_class())
-    for field in fields.values():
-        field.validators  # noqa: B018
-    return fields
+    bound = super(NewPlantSerializer, serializer_class()).fields
+    for name, field in bound.items():
+        reads_context = isinstance(field, serializers.BaseSerializer) or any(
+            getattr(part, "requires_context", False) for part in [field.default, *field.validators]
+        )
+        if reads_context:
+            raise ImproperlyConfigured(
+                f"{serializer_class.__name__}.{name} reads the serializer's context, which fields shared by "
+                "every instance cannot give it: make the serializer's fields per instance (drop its "
+                "`fields` override) or drop what reads the context."
+            )
+    return bound
 
 
 class PlantSerializer(NewPlantSerializer):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from rest_framework.throttling import BaseThrottle, SimpleRateThrottle
+from rest_framework.throttling import BaseThrottle
 
 from plants.exceptions import RateLimitStoreUnavailable
 from plants.models import ApiToken
@@ -35,16 +35,19 @@ class RatePolicy:
         return f'"{POLICY_NAME}";q={self.limit};w={self.window}'
 
 
+# DRF's rate syntax: the period is read by its first letter ("minute", "min" and "m" alike).
+PERIOD_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
 @functools.lru_cache(maxsize=8)
 def rate_policy(rate: str) -> RatePolicy | None:
     """PLANTS_THROTTLE_RATE as DRF reads a rate ('600/minute' -> 600 per 60 s); None when empty."""
     if not rate:
         return None
-    try:
-        limit, window = SimpleRateThrottle.parse_rate(None, rate)  # DRF's parser; it uses no `self`
-    except (ValueError, KeyError, IndexError):
-        limit = 0
-    if limit < 1:
+    count, _, period = rate.partition("/")
+    window = PERIOD_SECONDS.get(period[:1]) if "/" not in period else None
+    limit = int(count) if count.isdecimal() and count.isascii() else 0
+    if limit < 1 or window is None:
         raise ImproperlyConfigured(
             f"PLANTS_THROTTLE_RATE must look like 600/minute (a positive count per second, minute, hour "
             f"or day), not {rate!r}."

@@ -62,30 +62,21 @@ INSTALLED_APPS = [
     "plants",
 ]
 
+# Every request runs all of it, in Django's recommended order. The API's views are csrf_exempt (DRF's),
+# read no cookie or session and set none, so the admin's parts cost them only their bookkeeping.
 MIDDLEWARE = [
     "plants.metrics.RequestMetricsMiddleware",  # first, so it times and counts every answer
     "plants.middleware.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "django.middleware.common.CommonMiddleware",  # Content-Length on every answer
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "plants.middleware.AdminMiddleware",  # ADMIN_MIDDLEWARE, for every path but the API's
-]
-# The API's paths: their views need none of the admin's middleware (no cookies, sessions, forms or
-# static files), and every request to them skips it. Every other path (the admin, /docs, a 404) runs it.
-PLANTS_API_PATHS = ["/plants", "/healthz", "/livez", "/metrics"]
-# What only the admin, /docs and static files need, run by AdminMiddleware for every path but
-# PLANTS_API_PATHS: the API reads no cookie, session or form, and sets none. In Django's recommended order.
-ADMIN_MIDDLEWARE = [
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",  # the admin's and /docs' static files
     "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",  # Content-Length on every answer
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "axes.middleware.AxesMiddleware",  # last, as django-axes requires
 ]
-# The admin's, axes' and the deploy check's CSRF warning look in MIDDLEWARE only; plants.checks
-# checks that ADMIN_MIDDLEWARE holds each of them, and that AdminMiddleware runs it.
-SILENCED_SYSTEM_CHECKS = ["admin.E408", "admin.E409", "admin.E410", "axes.W002", "security.W003"]
 
 # Admin logins: django-axes counts failures per (user name, client address) and per client address,
 # in the database so every worker and server shares them, and refuses that pair, or that client,
@@ -93,17 +84,17 @@ SILENCED_SYSTEM_CHECKS = ["admin.E408", "admin.E409", "admin.E410", "axes.W002",
 # limit is higher than a pair's: it catches one client guessing across many names, while an
 # office behind one NAT address that mistypes a few passwords is not locked out whole.
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
-AXES_HANDLER = "plants.login_lockout.PairAndClientLockoutHandler"
-AXES_FAILURE_LIMIT = env_int("PLANTS_ADMIN_LOGIN_FAILURES", 5)
+PLANTS_ADMIN_LOGIN_FAILURES = env_int("PLANTS_ADMIN_LOGIN_FAILURES", 5)
 PLANTS_ADMIN_CLIENT_LOGIN_FAILURES = env_int("PLANTS_ADMIN_CLIENT_LOGIN_FAILURES", 20)
-if not 1 <= AXES_FAILURE_LIMIT <= PLANTS_ADMIN_CLIENT_LOGIN_FAILURES:
+if not 1 <= PLANTS_ADMIN_LOGIN_FAILURES <= PLANTS_ADMIN_CLIENT_LOGIN_FAILURES:
     raise ImproperlyConfigured(
         "PLANTS_ADMIN_LOGIN_FAILURES must be at least 1, and PLANTS_ADMIN_CLIENT_LOGIN_FAILURES at least as "
-        f"large (not {AXES_FAILURE_LIMIT} and {PLANTS_ADMIN_CLIENT_LOGIN_FAILURES})."
+        f"large (not {PLANTS_ADMIN_LOGIN_FAILURES} and {PLANTS_ADMIN_CLIENT_LOGIN_FAILURES})."
     )
+AXES_FAILURE_LIMIT = "plants.login_lockout.failure_limit"  # the pair's limit or the client's: see there
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("PLANTS_ADMIN_LOCKOUT_MINUTES", 15))
-AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]  # in this order: see the handler
-AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
+AXES_RESET_ON_SUCCESS = False  # plants.login_lockout clears the pair's failures alone
 AXES_CLIENT_IP_CALLABLE = "plants.views.client_ip"
 AXES_LOCKOUT_CALLABLE = "plants.views.login_locked_out"
 

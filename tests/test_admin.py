@@ -231,7 +231,7 @@ def fresh_login(username: str, password: str, address: str):
 @pytest.fixture
 def admins(settings):
     """Two admins, and the production limits: 5 failures for a (name, address), 20 for an address."""
-    assert (settings.AXES_FAILURE_LIMIT, settings.PLANTS_ADMIN_CLIENT_LOGIN_FAILURES) == (5, 20)
+    assert (settings.PLANTS_ADMIN_LOGIN_FAILURES, settings.PLANTS_ADMIN_CLIENT_LOGIN_FAILURES) == (5, 20)
     User.objects.create_superuser("admin", "admin@example.com", "the-admin-password")
     User.objects.create_superuser("operator", "op@example.com", "the-operator-password")
 

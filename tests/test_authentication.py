@@ -144,23 +144,3 @@ def test_bearer_token_with_non_ascii_characters_returns_401_malformed(api_client
     response = post(api_client, "Bearer plnt_caf\u00e9")
 
     assert_refused(response, MALFORMED, CHALLENGE)
-
-
-def test_token_loaded_for_a_request_equals_the_orm_s_with_the_other_fields_deferred(issued_token):
-    from django.db.models.signals import post_init, pre_init
-
-    from plants.models import token_by_digest
-    from plants.tokens import token_digest
-
-    stored, secret = issued_token
-    token = token_by_digest(token_digest(secret))
-
-    expected = ApiToken.objects.only("name", "digest", "expires_at", "revoked_at", "last_used_at").get(pk=stored.pk)
-    assert token == expected and vars(token).keys() == vars(expected).keys()
-    assert {name: getattr(token, name) for name in vars(expected) if name != "_state"} == {
-        name: getattr(expected, name) for name in vars(expected) if name != "_state"
-    }
-    assert (token._state.adding, token._state.db) == (False, "default")
-    assert token.get_deferred_fields() == {"prefix", "created_at"} and token.prefix == stored.prefix
-    # token_by_digest builds the instance without Model.__init__, which would send these.
-    assert not pre_init.has_listeners(ApiToken) and not post_init.has_listeners(ApiToken)

@@ -140,14 +140,16 @@ def test_app_server_killed_mid_load_loses_no_acknowledged_create(cluster, token)
 
 
 def test_pgbouncer_restart_answers_503_at_most_then_recovers(cluster, token):
-    with Load(f"{cluster.url}/plants", token, clients=4, pause=0.1) as load:
+    # Paced, and capped below the token's quota: at most 4 clients / 0.4 s = 10 requests a second for
+    # about 15 s, whatever the machine's speed, so no answer is a 429 (a fast machine once outran it).
+    with Load(f"{cluster.url}/plants", token, clients=4, pause=0.4, limit=QUOTA // 2) as load:
         load.wait_for(20)
         cluster.pgbouncer.terminate()
         time.sleep(3)
         unavailable = [status for _, status, *_ in load.answers[20:]]
         cluster.pgbouncer.start()
         restarted_at = time.monotonic()
-        time.sleep(8)
+        time.sleep(10)
 
     assert 503 in unavailable
     assert_only_created_or_unavailable(load)
@@ -159,7 +161,8 @@ def test_pgbouncer_restart_answers_503_at_most_then_recovers(cluster, token):
 def test_rolling_restart_under_load_fails_no_request_and_loses_no_create(cluster, token):
     old_workers = {unit.name: set(unit.worker_pids()) for unit in cluster.units}
 
-    with Load(f"{cluster.url}/plants", token, clients=4, pause=0.05, timeout=30) as load:
+    # Paced (at most 20 requests a second) and capped at the token's quota, as the test above.
+    with Load(f"{cluster.url}/plants", token, clients=4, pause=0.2, timeout=30, limit=QUOTA) as load:
         load.wait_for(30)
         cluster.rolling_restart()
         restarted_at = len(load.answers)

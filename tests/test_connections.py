@@ -4,7 +4,6 @@ import os
 import resource
 import select
 
-import psycopg
 import pytest
 from django.db import connection
 from django.utils import timezone
@@ -73,39 +72,6 @@ def test_health_check_works_on_a_socket_numbered_above_1024(many_open_files, pos
     assert not connection.is_usable()
     connection.close_if_unusable_or_obsolete()
     assert post_plant({"id": 2, "name": "Fern"}).status_code == 200
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        b"2026-11-23 16:31:41.123456+00",
-        b"2026-11-23 16:31:41+00",
-        b"2026-11-23 16:31:41.5+05:30",
-        b"1850-01-01 00:00:00+00:53:28",
-        b"0001-01-01 00:00:00+00",
-        b"9999-12-31 23:59:59.999999+00",
-        b"2000-01-01 00:00:00+00 BC",
-        b"infinity",
-    ],
-)
-def test_timestamptz_is_loaded_as_django_s_loader_loads_it(text):
-    from django.db.backends.postgresql.psycopg_any import BaseTzLoader
-
-    from plants.postgresql.base import IsoTzLoader
-
-    connection.ensure_connection()
-    loader = connection.connection.adapters.get_loader(1184, psycopg.pq.Format.TEXT)  # timestamptz
-    assert issubclass(loader, IsoTzLoader)
-    django_loader = type("SpecificTzLoader", (BaseTzLoader,), {"timezone": loader.timezone})
-
-    def outcome(loader_class):
-        try:
-            value = loader_class(1184, connection.connection).load(text)
-        except Exception as error:  # noqa: BLE001 - the same refusal, whichever parser refuses
-            return type(error)
-        return value, value.tzinfo
-
-    assert outcome(loader) == outcome(django_loader)
 
 
 def test_timestamptz_column_round_trips_through_the_orm(issued_token):

@@ -222,7 +222,7 @@ def test_database_outage_during_create_returns_503_error_body(post_plant, monkey
     def unreachable(*args, **kwargs):
         raise OperationalError("connection refused")
 
-    monkeypatch.setattr("plants.services.plant_insert", unreachable)
+    monkeypatch.setattr(Plant, "save", unreachable)
 
     response = post_plant({"id": 1, "name": "Rose"})
 
@@ -235,3 +235,26 @@ def test_disallowed_host_logs_one_warning_line_without_traceback(caplog):
     records = [record for record in caplog.records if record.name.startswith("django.security")]
     assert [(record.levelname, record.exc_info) for record in records] == [("WARNING", None)]
     assert "Invalid HTTP_HOST header: 'evil.example'" in records[0].getMessage()
+
+
+@pytest.mark.urls("tests.urls")
+@pytest.mark.parametrize(
+    ("kind", "status", "body"),
+    [
+        (
+            "validation-error",
+            400,
+            {
+                "error": 40002,
+                "message": "Invalid request body. non_field_errors: The plant is not in season.",
+                "fields": {"non_field_errors": ["The plant is not in season."]},
+            },
+        ),
+        ("not-found", 404, {"error": 40400, "message": "Not found."}),
+        ("permission-denied", 403, {"error": 40300, "message": "You do not have permission to perform this action."}),
+    ],
+)
+def test_django_exception_raised_in_an_api_view_answers_its_error_body(api_client, kind, status, body):
+    response = api_client.post(f"/test/raise/{kind}", {}, format="json")
+
+    assert (response.status_code, response["Content-Type"], response.json()) == (status, "application/json", body)

@@ -337,7 +337,9 @@ def test_rate_is_read_as_drf_reads_it(rate, policy):
     assert rate_policy(rate) == RatePolicy(*policy)
 
 
-@pytest.mark.parametrize("rate", ["lots", "0/minute", "-1/minute", "5/fortnight", "5/", "/minute", "5"])
+@pytest.mark.parametrize(
+    "rate", ["lots", "0/minute", "-1/minute", "5/fortnight", "5/", "/minute", "5", "5/minute/hour", "five/minute"]
+)
 def test_rate_that_is_not_a_positive_count_per_period_is_refused(rate):
     with pytest.raises(ImproperlyConfigured, match="PLANTS_THROTTLE_RATE must look like 600/minute"):
         rate_policy(rate)

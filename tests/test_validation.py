@@ -149,3 +149,53 @@ def test_serializers_share_fields_that_validating_never_changes_even_across_thre
             assert (valid, errors) == (True, {})
         else:
             assert not valid and sorted(errors) == ["id", "name", "x"]
+
+
+# Bodies that reach every rule of every field: valid, wrong types, bounds, blanks, unknown and missing fields.
+CORPUS = [
+    {"id": 1, "name": "Monstera"},
+    {"id": -(2**63), "name": "a" * 200, "tag": "t" * 100},
+    {"id": 2**63, "name": "a" * 201, "tag": "t" * 101},
+    {"id": "1", "name": 5, "tag": None},
+    {"id": True, "name": " ", "tag": ""},
+    {"id": 1.0, "name": "Fern\x00", "tag": "\ud800"},
+    {"name": "Fern", "colour": "green"},
+    {},
+]
+
+
+def test_shared_fields_validate_every_case_exactly_as_drf_s_own_per_instance_fields():
+    from rest_framework import serializers
+
+    from plants.serializers import NewPlantSerializer
+
+    class PerInstance(NewPlantSerializer):
+        fields = serializers.Serializer.fields  # DRF's own: copied and bound for each instance
+
+    def outcome(serializer_class, body):
+        serializer = serializer_class(data=body)
+        valid = serializer.is_valid()
+        return valid, serializer.errors, dict(serializer.validated_data) if valid else None
+
+    assert PerInstance().fields is not PerInstance().fields  # the control really is per instance
+    for body in CORPUS:
+        assert outcome(NewPlantSerializer, body) == outcome(PerInstance, body), body
+
+
+def test_a_field_that_reads_the_serializer_context_is_refused_at_once():
+    from django.core.exceptions import ImproperlyConfigured
+    from rest_framework import serializers
+
+    from plants.serializers import NewPlantSerializer
+
+    class NeedsContext:
+        requires_context = True  # as DRF's UniqueValidator and CurrentUserDefault say
+
+        def __call__(self, value, field):
+            return None
+
+    class WithContext(NewPlantSerializer):
+        owner = serializers.CharField(default=NeedsContext())
+
+    with pytest.raises(ImproperlyConfigured, match=r"WithContext\.owner reads the serializer's context"):
+        WithContext(data={"id": 1, "name": "Fern"}).is_valid()

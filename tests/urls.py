@@ -1,0 +1,38 @@
+"""The service's URLs, plus views that exist only in the tests: what a view added later might raise or be."""
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import Http404, JsonResponse
+from django.urls import path
+from rest_framework.permissions import AllowAny
+from rest_framework.views import APIView
+
+from plantstore_site.urls import handler400, handler403, handler404, handler500, urlpatterns  # noqa: F401
+
+RAISED = {
+    "validation-error": ValidationError("The plant is not in season."),
+    "not-found": Http404("No such plant."),
+    "permission-denied": PermissionDenied("Not your plant."),
+}
+
+
+class RaisingView(APIView):
+    """An API view (the API's settings: its parser, renderer and exception handler) that raises Django's exceptions."""
+
+    authentication_classes = []
+    permission_classes = [AllowAny]
+    throttle_classes = []
+
+    def post(self, request, kind: str):
+        raise RAISED[kind]
+
+
+def plain(request):
+    """A plain Django view: what runs on it is whatever MIDDLEWARE says."""
+    return JsonResponse({"method": request.method})
+
+
+urlpatterns = [
+    *urlpatterns,
+    path("test/raise/<str:kind>", RaisingView.as_view()),
+    path("test/plain", plain),
+]
