@@ -9,7 +9,8 @@ metrics are on in multiprocess mode. A run reports `time.process_time()` per req
 BENCH_REQUESTS creates after a warm-up: CPU, not wall time, so a machine shared with other work
 disturbs it far less (though a loaded VM still spreads it: compare medians and minimums of
 alternating runs). BASELINE=<commit> alternates runs of that commit's tree (this file copied in)
-with runs of the working tree (or of CANDIDATE=<commit>): the A/B table of a lever.
+with runs of the working tree (or of CANDIDATE=<commit>): the A/B table of a lever; TREES=<c1>,<c2>,…
+runs a chain of commits, each against the one before.
 BENCH_CALLGRIND=1 counts instructions instead: deterministic, but minutes per run.
 """
 
@@ -179,6 +180,8 @@ def main() -> None:
         trees = {"this tree": this}
         if baseline:
             trees = {f"baseline {baseline}": baseline_tree(baseline, folder, "baseline"), "this tree": this}
+        if chain := os.environ.get("TREES", ""):  # TREES=a,b,c: those commits in turn, each against the one before
+            trees = {commit: baseline_tree(commit, folder, f"tree-{n}") for n, commit in enumerate(chain.split(","))}
         results = {label: [] for label in trees}
         id_base = time.time_ns() // 1000 % 10**12 * 1000
         for _ in range(RUNS):
@@ -197,8 +200,11 @@ def main() -> None:
     for label, values in results.items():
         runs = ", ".join(f"{value:.0f}" for value in values)
         print(f"| {label} | {statistics.median(values):.0f} ({min(values):.0f}) | {runs} |")
+    medians = [statistics.median(values) for values in results.values()]
+    for label, before, after in zip(results, medians, medians[1:], strict=False):
+        print(f"{label} -> next: {after / before - 1:+.1%} ({after - before:+.0f})")
     if baseline:
-        base, this = (statistics.median(values) for values in results.values())
+        base, this = medians
         print(
             f"this tree ÷ baseline: {this / base:.3f} ({this - base:+.0f}); by minimum {min(results[label]) / min(next(iter(results.values()))):.3f}"
         )

@@ -30,6 +30,10 @@ VARIANTS = {
         "the admin's middleware off (sessions, CSRF, auth, messages, WhiteNoise, axes): serving the admin apart",
         {"BENCH_LEVERS": "no-admin-middleware"},
     ),
+    "per-instance-fields": (
+        "the serializer's fields bound per instance, as DRF does (the seam `shared_bound_fields` undone)",
+        {"BENCH_LEVERS": "per-instance-fields"},
+    ),
     "extras-off": ("all three of: rate limit, request log, metrics off", EXTRAS_OFF),
 }
 
@@ -38,6 +42,11 @@ VARIANTS = {
 # make bench's "service ÷ bare view" target is measured against, beside the levers.
 BARE_PATH = "/bench/bare-plants"
 BARE_ROW = "the bare Django view in the baseline's unit (no authentication, validation, throttle, log line)"
+
+
+# BENCH_VARIANTS=a,b: only those rows (and the baselines), for a shorter, less crowded run.
+if only := os.environ.get("BENCH_VARIANTS", ""):
+    VARIANTS = {name: row for name, row in VARIANTS.items() if name in {"baseline", "baseline-again", *only.split(",")}}
 
 
 def start(env: dict):

@@ -84,7 +84,7 @@ def test_timestamptz_column_round_trips_through_the_orm(issued_token):
     assert ApiToken.objects.get(pk=token.pk).expires_at == when
 
 
-def test_cursor_from_an_async_context_is_refused_on_an_open_connection():
+def test_connection_used_from_an_async_context_is_refused_on_an_open_connection():
     import asyncio
 
     from django.core.exceptions import SynchronousOnlyOperation
@@ -96,5 +96,9 @@ def test_cursor_from_an_async_context_is_refused_on_an_open_connection():
             connection.cursor()
         with pytest.raises(SynchronousOnlyOperation):
             connection.chunked_cursor()
+        with pytest.raises(SynchronousOnlyOperation):
+            connection.get_autocommit()
+        with pytest.raises(SynchronousOnlyOperation):
+            connection.set_autocommit(True)
 
     asyncio.run(use_the_database())
