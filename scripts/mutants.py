@@ -134,8 +134,8 @@ MUTANTS = [
     ),
     (
         "plants/rate_stores.py",
-        "THEN 1 ELSE count + 1 END",
-        "THEN count + 1 ELSE count + 1 END",
+        "        if slot_window == newest and slot_key == key:",
+        "        if slot_key == key:",
         "a new window keeps the old count",
     ),
     (
@@ -181,8 +181,8 @@ MUTANTS = [
     ),
     (
         "plants/middleware.py",
-        "if SAFE_REQUEST_ID.fullmatch(incoming)",
-        "if SAFE_REQUEST_ID.match(incoming)",
+        "incoming and SAFE_REQUEST_ID.fullmatch(incoming)",
+        "incoming and SAFE_REQUEST_ID.match(incoming)",
         "request ids with newlines echoed",
     ),
 ]
