@@ -44,8 +44,8 @@ cluster: $(VENV)/.runtime ## production's topology on one machine: HAProxy on $P
 
 test: lint test-contract coverage-erase test-sqlite test-postgres coverage ## lint, fuzz the contract, the suite on SQLite and PostgreSQL, coverage
 
-system-packages: ## install the Debian packages the tests need, if missing (PostgreSQL, PgBouncer, Redis, nginx, HAProxy, Prometheus, Chromium)
-	scripts/debian-packages postgresql pgbouncer redis-server nginx haproxy prometheus chromium
+system-packages: ## install the Debian packages the tests need, if missing (PostgreSQL, PgBouncer, Redis, nginx, HAProxy, Prometheus, Chromium, systemd-analyze, python3-venv)
+	scripts/debian-packages postgresql pgbouncer redis-server nginx haproxy prometheus chromium systemd python3-venv
 
 lint: $(VENV)/.dev ## the pre-commit hooks on every file (ruff, no keys, no conflict markers), and no model change without a migration
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pre-commit run --all-files --show-diff-on-failure

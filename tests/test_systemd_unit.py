@@ -4,6 +4,7 @@ without a failed request, stops, and counts on from its runtime directory after 
 
 import os
 import pwd
+import re
 import shlex
 import shutil
 import signal
@@ -50,10 +51,10 @@ def environment_file(path: Path) -> dict[str, str]:
 
 
 def installed(text: str, paths: dict[str, str]) -> str:
-    """The unit file with the paths it names replaced, longest first (the venv before the install)."""
-    for path in sorted(paths, key=len, reverse=True):
-        text = text.replace(path, paths[path])
-    return text
+    """The unit file with the paths it names replaced in one pass, the longest first where two
+    start alike (the venv before the install)."""
+    named = "|".join(map(re.escape, sorted(paths, key=len, reverse=True)))
+    return re.sub(named, lambda found: paths[found.group()], text)
 
 
 @pytest.fixture(scope="session")
@@ -97,10 +98,20 @@ def test_the_counters_live_in_the_preserved_runtime_directory_which_the_example_
     )
 
 
+# ProtectSystem=strict in a mount namespace: every mount read-only but the API file systems and
+# the ones named (bound to themselves first, so that they are mounts of their own).
+READ_ONLY_BUT = """findmnt -rno TARGET | while read -r target; do
+  case " {writable} " in *" $target "*) continue ;; esac
+  case "$target" in /proc|/proc/*|/sys|/sys/*|/dev|/dev/*) continue ;; esac
+  mount -o remount,bind,ro "$target"
+done"""
+
+
 class InstalledService:
     """The unit run as systemd runs it, without systemd: its ExecStart from its WorkingDirectory,
-    with its environment (Environment=, then EnvironmentFile=), its UMask, as USER with what
-    setpriv can apply of its hardening, and a runtime and state directory of USER's in `work_dir`."""
+    with its environment (Environment=, then EnvironmentFile=), its UMask, in a mount namespace
+    with its file system options, as USER with what setpriv can apply of its hardening, and a
+    runtime and state directory of USER's in `work_dir`."""
 
     def __init__(self, work_dir: Path, venv: Path):
         self.user = pwd.getpwnam(USER)
@@ -159,6 +170,34 @@ class InstalledService:
         user = [f"--reuid={self.user.pw_uid}", f"--regid={self.user.pw_gid}", "--clear-groups"]
         return ["setpriv", *user, *hardening, *command]
 
+    def sandbox(self) -> list[str]:
+        """A prefix running a command with what a mount namespace does of the unit's ProtectSystem=strict
+        (all read-only but its runtime and state directories), PrivateTmp= (a /tmp and /var/tmp of
+        its own, empty) and ProtectHome= (/home, /root and /run/user empty)."""
+        script = ["set -e"]
+        if self.settings.get("ProtectSystem") == ["strict"]:
+            writable = " ".join(shlex.quote(str(path)) for path in (self.runtime_dir, self.state_dir))
+            script += [
+                f"for path in {writable}; do mount --bind $path $path; done",
+                READ_ONLY_BUT.format(writable=writable),
+            ]
+        if self.settings.get("PrivateTmp") == ["yes"]:
+            script.append("for path in /tmp /var/tmp; do mount -t tmpfs -o mode=1777 tmpfs $path; done")
+        if self.settings.get("ProtectHome") == ["yes"]:
+            script.append(
+                "for path in /home /root /run/user; do [ ! -d $path ] || mount -t tmpfs -o ro tmpfs $path; done"
+            )
+        return [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "\n".join([*script, 'exec "$@"']),
+            "sandbox",
+        ]
+
     def run(self, command: list[str], as_user: bool = True) -> str:
         umask = int(self.settings["UMask"][0], 8)
         return subprocess.run(
@@ -185,7 +224,7 @@ class InstalledService:
         umask = int(self.settings["UMask"][0], 8)
         with self.log_path.open("ab") as output:
             self.process = subprocess.Popen(
-                self.as_user(shlex.split(exec_start)),
+                [*self.sandbox(), *self.as_user(shlex.split(exec_start))],
                 cwd=self.settings["WorkingDirectory"][0],
                 env=self.environment(),
                 stdin=subprocess.DEVNULL,
@@ -250,8 +289,8 @@ def privileges(pid: int) -> dict[str, str]:
 
 @pytest.fixture
 def service(operator_venv):
-    # Outside pytest's own temp folder, which is root's alone: USER must reach the SQLite file.
-    work_dir = Path(tempfile.mkdtemp(prefix="plantstore-systemd."))
+    # Not in /tmp, which the unit's PrivateTmp= hides, nor in pytest's folder, which USER cannot reach.
+    work_dir = Path(tempfile.mkdtemp(prefix="plantstore-systemd.", dir="/run"))
     work_dir.chmod(0o755)
     installed_service = InstalledService(work_dir, operator_venv).deploy()
     yield installed_service
@@ -282,7 +321,10 @@ def test_its_command_serves_as_an_unprivileged_user_reloads_without_a_failed_req
     }
 
     old_workers = service.app_workers()
-    folder = Path(command_line(service.nginx_master()).decode().split("-p ")[1].split(" ")[0])  # the unit's folder
+    nginx = service.nginx_master()
+    folder = Path(command_line(nginx).decode().split("-p ")[1].split(" ")[0])  # the unit's temp folder
+    # In the unit's own /tmp: there for its processes, not for the machine's.
+    assert (Path(f"/proc/{nginx}/root{folder}/app.sock").is_socket(), folder.exists()) == (True, False)
     with Load(f"{service.url}/plants", token, clients=4, limit=3000, timeout=30) as load:
         load.wait_for(100)
         service.reload()
@@ -298,7 +340,7 @@ def test_its_command_serves_as_an_unprivileged_user_reloads_without_a_failed_req
 
     assert len(load.answers) >= answered_at_reload + 300
     assert [(status, text) for _, status, _, text, _ in load.answers if status != 200] == []
-    assert (service.stop(), wait_for_exit(processes), folder.exists()) == (0, [], False)
+    assert (service.stop(), wait_for_exit(processes)) == (0, [])
 
 
 @pytest.mark.live
