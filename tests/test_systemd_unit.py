@@ -8,15 +8,18 @@ import re
 import shlex
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
-from deploy.processes import ROOT, children, descendants, free_port, wait_until
-from tests.live import Load, request, wait_for_exit, wait_until_healthy
+from deploy.processes import ROOT, children, descendants, free_port, http_status, wait_until
+from tests.live import Load, request, wait_for_exit
 
 UNIT_FILE = ROOT / "deploy" / "plantstore.service"
 # The paths the unit names, where the README installs it; a test puts its own in their place.
@@ -154,6 +157,14 @@ class InstalledService:
         self.python = venv / "bin" / "python"
         self.log_path = work_dir / "service.log"
         self.process: subprocess.Popen | None = None
+        # systemd's notify socket (Type=notify): each message with its sender's pid (SO_PASSCRED).
+        self.notify_path = work_dir / "notify"
+        self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.notify.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        self.notify.bind(str(self.notify_path))
+        os.chown(self.notify_path, self.user.pw_uid, self.user.pw_gid)
+        self.notifications: list[tuple[int, str]] = []  # (pid, state) since the last start
+        self.health_when_ready: int | None = None
 
     def environment(self) -> dict[str, str]:
         env = {
@@ -231,23 +242,41 @@ class InstalledService:
         return self.run([str(self.python), "manage.py", "token", "issue", "systemd-client"]).strip()
 
     def start(self) -> "InstalledService":
+        """Start ExecStart; started when it says READY=1 (Type=notify), as systemd waits for it."""
         [exec_start] = self.settings["ExecStart"]
         umask = int(self.settings["UMask"][0], 8)
+        self.notifications = []
         with self.log_path.open("ab") as output:
             self.process = subprocess.Popen(
                 [*self.sandbox(), *self.as_user(shlex.split(exec_start))],
                 cwd=self.settings["WorkingDirectory"][0],
-                env=self.environment(),
+                env={**self.environment(), "NOTIFY_SOCKET": str(self.notify_path)},
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 preexec_fn=lambda: os.umask(umask),
             )
-        if not wait_until_healthy(self.url, self.process, timeout=60):
+        try:
+            wait_until(lambda: self.received("READY=1"), self.process, 60, "READY=1")
+        except RuntimeError as error:
             self.stop()
-            raise RuntimeError(f"the unit's ExecStart did not come up:\n{self.log()}")
+            raise RuntimeError(f"the unit's ExecStart did not come up: {error}\n{self.log()}") from None
+        self.health_when_ready = http_status(f"{self.url}/healthz")
         return self
+
+    def received(self, state: str, timeout: float = 0.1) -> bool:
+        """Whether `state` has come on the notify socket, waiting up to `timeout` seconds for more."""
+        self.notify.settimeout(timeout)
+        try:
+            while True:
+                data, ancillary, _, _ = self.notify.recvmsg(4096, socket.CMSG_SPACE(12))
+                [(_, _, credentials)] = ancillary  # SCM_CREDENTIALS: pid, uid, gid
+                self.notifications.append((struct.unpack("3i", credentials)[0], data.decode()))
+                self.notify.settimeout(0)
+        except (TimeoutError, BlockingIOError):
+            pass
+        return any(line == state for _, sent in self.notifications for line in sent.splitlines())
 
     def reload(self) -> None:
         [exec_reload] = self.settings["ExecReload"]
@@ -268,6 +297,9 @@ class InstalledService:
                     except ProcessLookupError:
                         pass
                 self.process.wait()
+        deadline = time.monotonic() + 1
+        while not self.received("STOPPING=1") and time.monotonic() < deadline:
+            pass
         return self.process.returncode
 
     def processes(self) -> list[int]:
@@ -307,6 +339,7 @@ def service(operator_venv):
     yield installed_service
     if installed_service.process:
         installed_service.stop()
+    installed_service.notify.close()
     shutil.rmtree(work_dir, ignore_errors=True)
 
 
@@ -319,7 +352,8 @@ def test_its_command_serves_as_an_unprivileged_user_reloads_without_a_failed_req
     processes = service.processes()
     uid = str(service.user.pw_uid)
 
-    assert (health[0], health[1]["Server"], created[0], created[2]) == (
+    assert (service.health_when_ready, health[0], health[1]["Server"], created[0], created[2]) == (
+        200,
         200,
         "nginx",
         200,
@@ -352,6 +386,8 @@ def test_its_command_serves_as_an_unprivileged_user_reloads_without_a_failed_req
     assert len(load.answers) >= answered_at_reload + 300
     assert [(status, text) for _, status, _, text, _ in load.answers if status != 200] == []
     assert (service.stop(), wait_for_exit(processes)) == (0, [])
+    # Only serve.py spoke to systemd (NotifyAccess=main): ready, then stopping.
+    assert service.notifications == [(service.process.pid, "READY=1"), (service.process.pid, "STOPPING=1")]
 
 
 @pytest.mark.live
