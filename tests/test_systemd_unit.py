@@ -337,12 +337,16 @@ def service(operator_venv):
     # Not in /tmp, which the unit's PrivateTmp= hides, nor in pytest's folder, which USER cannot reach.
     work_dir = Path(tempfile.mkdtemp(prefix="plantstore-systemd.", dir="/run"))
     work_dir.chmod(0o755)
-    installed_service = InstalledService(work_dir, operator_venv).deploy()
-    yield installed_service
-    if installed_service.process:
-        installed_service.stop()
-    installed_service.notify.close()
-    shutil.rmtree(work_dir, ignore_errors=True)
+    installed_service = None
+    try:
+        installed_service = InstalledService(work_dir, operator_venv)
+        yield installed_service.deploy()
+    finally:
+        if installed_service and installed_service.process:
+            installed_service.stop()
+        if installed_service:
+            installed_service.notify.close()
+        shutil.rmtree(work_dir, ignore_errors=True)
 
 
 @pytest.mark.live
