@@ -44,8 +44,8 @@ cluster: $(VENV)/.runtime ## production's topology on one machine: HAProxy on $P
 
 test: lint test-contract coverage-erase test-sqlite test-postgres coverage ## lint, fuzz the contract, the suite on SQLite and PostgreSQL, coverage
 
-system-packages: ## install the Debian packages the tests need, if missing (PostgreSQL, PgBouncer, Redis, nginx, HAProxy, Prometheus, Chromium)
-	scripts/debian-packages postgresql pgbouncer redis-server nginx haproxy prometheus chromium
+system-packages: ## install the Debian packages the tests need, if missing (PostgreSQL, PgBouncer, Redis, nginx, HAProxy, Prometheus, Chromium, systemd-analyze, python3-venv)
+	scripts/debian-packages postgresql pgbouncer redis-server nginx haproxy prometheus chromium systemd python3-venv
 
 lint: $(VENV)/.dev ## the pre-commit hooks on every file (ruff, no keys, no conflict markers), and no model change without a migration
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pre-commit run --all-files --show-diff-on-failure
@@ -69,6 +69,15 @@ coverage: $(VENV)/.dev ## branch coverage of plants/ by the suites run since cov
 
 test-contract: $(VENV)/.dev system-packages ## schemathesis against a live production unit on a throwaway PostgreSQL, using /openapi.json
 	scripts/with-postgres $(PYTHON) scripts/contract_test.py
+
+# The venv an operator makes in /opt/plantstore (README, "Installing it as a systemd service"): Debian's
+# python3, which the unit's unprivileged user can run (a pyenv or home-directory python it may not reach).
+# tests/test_systemd_unit.py starts the unit's command with it.
+SYSTEM_PYTHON ?= /usr/bin/python3
+$(VENV)/debian-python/.installed: requirements.txt
+	$(SYSTEM_PYTHON) -m venv $(VENV)/debian-python
+	$(VENV)/debian-python/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
+	touch $@
 
 # The FastAPI peer of make bench has its own venv inside .venv: none of its packages reach the service's.
 $(VENV)/peers/.installed: bench/peers/requirements.txt | $(VENV)/.runtime

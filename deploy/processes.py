@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from string import Template
@@ -106,33 +107,71 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def relay(pipe: int, destination: int) -> None:
+    """Copy what is written into `pipe` (its read end) to `destination` until its last writer
+    closes it, from a thread. A read takes up to a pipe's capacity, so whole lines stay whole."""
+
+    def copy() -> None:
+        with open(pipe, "rb", buffering=0) as source:
+            while chunk := source.read(65536):
+                try:
+                    while chunk:
+                        chunk = chunk[os.write(destination, chunk) :]
+                except OSError:  # the destination has gone (a closed terminal): drain on, or the writer blocks
+                    pass
+
+    threading.Thread(target=copy, name=f"relay-{pipe}", daemon=True).start()
+
+
 class ServerProcess:
     """One server's process: its command, environment and output (appended to `log`, or this
-    process's own stdout and stderr when None)."""
+    process's own stdout and stderr when None).
 
-    def __init__(self, name: str, command: list[str], env: dict, log: Path | None = None, supervised: bool = False):
+    `reopens_stdout`: the server opens its stdout again by path (nginx's `access_log /dev/stdout`).
+    That fails on a socket (systemd's journal: ENXIO) and on a file of another user's (EACCES), so
+    when its output is this process's stdout, it gets a pipe of its own instead, relayed to it."""
+
+    def __init__(
+        self,
+        name: str,
+        command: list[str],
+        env: dict,
+        log: Path | None = None,
+        supervised: bool = False,
+        reopens_stdout: bool = False,
+    ):
         self.name, self.command, self.env, self.log_path = name, command, env, log
         self.supervised = supervised  # die_with_parent: see there
+        self.reopens_stdout = reopens_stdout
         self.process: subprocess.Popen | None = None
 
     def launch(self) -> subprocess.Popen:
         # Appended: a server started again keeps its earlier output in the same log.
         output = self.log_path.open("ab") if self.log_path else None
+        relayed, stdout = os.pipe() if output is None and self.reopens_stdout else (None, output)
         try:
             self.process = subprocess.Popen(
                 self.command,
                 cwd=ROOT,
                 env=self.env,
-                stdout=output,
+                stdout=stdout,
                 stderr=subprocess.STDOUT if output else None,
                 # Its own process group: a terminal's Ctrl-C or hang-up reaches the supervisor,
                 # which decides what each server gets.
                 process_group=0,
                 preexec_fn=die_with_parent if self.supervised else None,
             )
+        except BaseException:
+            if relayed is not None:
+                os.close(relayed)
+            raise
         finally:
             if output:
                 output.close()
+            if relayed is not None:
+                os.close(stdout)  # the server holds the write end now
+        if relayed is not None:
+            relay(relayed, sys.stdout.fileno())
         return self.process
 
     def running(self) -> bool:

@@ -8,10 +8,14 @@ Signals, as an operator or a process supervisor sends them:
 - The terminal it started on closing: a graceful stop (the kernel signals only make, the session's
   leader, so the terminal is also watched).
 - SIGKILL: the servers get SIGTERM from the kernel (PR_SET_PDEATHSIG), so none is left running.
+
+Under systemd (deploy/plantstore.service, Type=notify) it tells systemd when it is ready: once
+/healthz answers 200 through nginx.
 """
 
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -31,8 +35,20 @@ def terminal_gone(started_on_terminal: bool) -> bool:
     return started_on_terminal and not os.isatty(sys.stderr.fileno())
 
 
+def notify_systemd(notify_socket: str | None, state: str) -> None:
+    """sd_notify(3): send `state` ("READY=1") to systemd's socket, when systemd started this process."""
+    if not notify_socket:
+        return
+    address = "\0" + notify_socket[1:] if notify_socket.startswith("@") else notify_socket  # @: abstract
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as connection:
+        connection.sendto(state.encode(), address)
+
+
 def main() -> int:
     started_on_terminal = os.isatty(sys.stderr.fileno())
+    # Only this process speaks to systemd (NotifyAccess=main): the servers do not get the socket
+    # (uWSGI would send its own states, which systemd refuses and logs).
+    notify_socket = os.environ.pop("NOTIFY_SOCKET", None)
     asked: list[str] = []  # what the signals asked for, handled in the loop below
 
     def on_stop(signum, frame):
@@ -47,6 +63,7 @@ def main() -> int:
     unit = Unit(public_address(), dict(os.environ), supervised=True, name="serve")
     try:
         unit.start()
+        notify_systemd(notify_socket, "READY=1")
         say(f"serve: nginx on {unit.url}, the app server on {unit.socket_path} (pid {os.getpid()}: HUP reloads)")
         while "stop" not in asked:
             if terminal_gone(started_on_terminal):
@@ -61,6 +78,7 @@ def main() -> int:
                 unit.reload()
             time.sleep(0.1)
         say("serve: stopping gracefully")
+        notify_systemd(notify_socket, "STOPPING=1")
         return 0
     except RuntimeError as error:
         say(f"serve: {error}")

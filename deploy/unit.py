@@ -161,7 +161,12 @@ class Unit:
         wait_until(self.socket_path.exists, self.app.process, 60, f"{self.name}: the app server's socket")
         conf = render_nginx_conf(self.run_dir, f"unix:{self.socket_path}", self.listen, self.proxies, self.nginx_edit)
         self.nginx = ServerProcess(
-            "nginx", nginx_command(self.run_dir, conf), dict(os.environ), self.log_path, self.supervised
+            "nginx",
+            nginx_command(self.run_dir, conf),
+            dict(os.environ),
+            self.log_path,
+            self.supervised,
+            reopens_stdout=True,  # access_log /dev/stdout (deploy/nginx.conf)
         )
         self.nginx.launch()
 

@@ -1,0 +1,416 @@
+"""deploy/plantstore.service as an operator installs it: systemd accepts the file, and its command
+line, started with its environment as an unprivileged user, serves with no process as root, reloads
+without a failed request, stops, and counts on from its runtime directory after a restart."""
+
+import os
+import pwd
+import re
+import shlex
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from deploy.processes import ROOT, children, descendants, free_port, http_status, wait_until
+from tests.live import Load, request, wait_for_exit
+
+UNIT_FILE = ROOT / "deploy" / "plantstore.service"
+# The paths the unit names, where the README installs it; a test puts its own in their place.
+INSTALL = "/opt/plantstore"
+VENV = "/opt/plantstore/.venv"
+ENVIRONMENT_FILE = "/etc/plantstore/plantstore.env"
+RUNTIME_DIRECTORY = "/run/plantstore"
+STATE_DIRECTORY = "/var/lib/plantstore"
+# The PATH systemd 252 gives a system service.
+SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The unit's user, plantstore, is not made on a test machine: nobody, as unprivileged, stands in.
+USER = "nobody"
+RATE = 100_000  # a day: counted, never reached
+# Starting it as another user in a mount namespace of its own takes root, as it takes systemd.
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="starts the unit as another user: needs root")
+
+
+def service_settings(text: str) -> dict[str, list[str]]:
+    """The [Service] section of a unit file: each key's values, in order."""
+    settings, section = {}, None
+    for line in map(str.strip, text.splitlines()):
+        if line.startswith("["):
+            section = line
+        elif line and not line.startswith(("#", ";")) and section == "[Service]":
+            key, _, value = line.partition("=")
+            settings.setdefault(key, []).append(value)
+    return settings
+
+
+def environment_file(path: Path) -> dict[str, str]:
+    """An EnvironmentFile= as systemd reads it: KEY=value lines, # comments."""
+    lines = [line.strip() for line in path.read_text().splitlines()]
+    return dict(line.split("=", 1) for line in lines if line and not line.startswith(("#", ";")))
+
+
+def installed(text: str, paths: dict[str, str]) -> str:
+    """The unit file with the paths it names replaced in one pass, the longest first where two
+    start alike (the venv before the install)."""
+    named = "|".join(map(re.escape, sorted(paths, key=len, reverse=True)))
+    return re.sub(named, lambda found: paths[found.group()], text)
+
+
+@pytest.fixture(scope="session")
+def operator_venv() -> Path:
+    """/opt/plantstore/.venv as the README makes it, from Debian's python3 (`make <venv>/debian-python/.installed`)."""
+    venv = Path(sys.executable).parent.parent
+    target = venv / "debian-python"
+    subprocess.run(["make", f"VENV={venv}", f"{target}/.installed"], cwd=ROOT, check=True)  # its output in the report
+    return target
+
+
+def test_the_unit_file_passes_systemd_analyze_verify_without_a_warning(tmp_path, operator_venv):
+    unit = tmp_path / "plantstore.service"
+    unit.write_text(installed(UNIT_FILE.read_text(), {INSTALL: str(ROOT), VENV: str(operator_venv)}))
+    uninstalled = tmp_path / "uninstalled" / "plantstore.service"
+    uninstalled.parent.mkdir()
+    shutil.copy(UNIT_FILE, uninstalled)
+
+    def verify(path: Path) -> tuple[int, str]:
+        result = subprocess.run(["systemd-analyze", "verify", "--man=no", str(path)], capture_output=True, text=True)
+        return result.returncode, result.stdout + result.stderr
+
+    assert verify(unit) == (0, "")
+    # The check has teeth: without the venv in /opt/plantstore, the command is missing.
+    assert "/opt/plantstore/.venv/bin/python is not executable" in verify(uninstalled)[1]
+
+
+def test_the_unit_s_sandbox_keeps_its_systemd_analyze_security_exposure_of_2_8(tmp_path, operator_venv):
+    unit = tmp_path / "plantstore.service"
+    unit.write_text(installed(UNIT_FILE.read_text(), {INSTALL: str(ROOT), VENV: str(operator_venv)}))
+
+    # 2.8 of 10 ("OK"): dropping ProtectSystem=, PrivateTmp=, NoNewPrivileges= or the empty
+    # CapabilityBoundingSet= raises it (to 3.0, 3.0, 3.0, 4.6) and fails this.
+    security = ["systemd-analyze", "security", "--offline=yes", "--threshold=28", "--no-pager", str(unit)]
+    result = subprocess.run(security, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+def test_the_counters_live_in_the_preserved_runtime_directory_which_the_example_environment_leaves_alone():
+    settings = service_settings(UNIT_FILE.read_text())
+    environment = dict(item.split("=", 1) for value in settings["Environment"] for item in shlex.split(value))
+
+    assert environment["PLANTS_THROTTLE_DIR"] == f"/run/{settings['RuntimeDirectory'][0]}"
+    assert settings["RuntimeDirectoryPreserve"] == ["yes"]
+    # An EnvironmentFile= overrides Environment=: the example the README copies must not move them.
+    assert "PLANTS_THROTTLE_DIR" not in environment_file(ROOT / ".env.example")
+    # The graceful stop is serve.py's to run: SIGTERM to it alone, and time for nginx's and the app's 40 s each.
+    assert (settings["KillMode"], settings["KillSignal"], int(settings["TimeoutStopSec"][0]) > 80) == (
+        ["mixed"],
+        ["SIGTERM"],
+        True,
+    )
+
+
+# ProtectSystem=strict in a mount namespace: every mount read-only but the API file systems and
+# the ones named (bound to themselves first, so that they are mounts of their own).
+READ_ONLY_BUT = """findmnt -rno TARGET | while read -r target; do
+  case " {writable} " in *" $target "*) continue ;; esac
+  case "$target" in /proc|/proc/*|/sys|/sys/*|/dev|/dev/*) continue ;; esac
+  mount -o remount,bind,ro "$target"
+done"""
+
+
+class InstalledService:
+    """The unit run as systemd runs it, without systemd: its ExecStart from its WorkingDirectory,
+    with its environment (Environment=, then EnvironmentFile=), its UMask, in a mount namespace
+    with its file system options, as USER with what setpriv can apply of its hardening, and a
+    runtime and state directory of USER's in `work_dir`."""
+
+    def __init__(self, work_dir: Path, venv: Path):
+        self.user = pwd.getpwnam(USER)
+        self.runtime_dir, self.state_dir = work_dir / "run", work_dir / "state"
+        for directory in (self.runtime_dir, self.state_dir):
+            directory.mkdir(mode=0o700)
+            os.chown(directory, self.user.pw_uid, self.user.pw_gid)
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env_file = work_dir / "plantstore.env"
+        env_file.write_text(
+            f"DJANGO_SECRET_KEY=systemd-test-secret-key-{'x' * 40}\n"
+            f"DATABASE_URL=sqlite:///{self.state_dir}/db.sqlite3\n"
+            "DJANGO_ALLOWED_HOSTS=127.0.0.1\n"
+            f"DJANGO_STATIC_ROOT={work_dir}/static\n"
+            f"PLANTS_THROTTLE_RATE={RATE}/day\n"
+            f"PLANTS_LISTEN=127.0.0.1:{self.port}\n"
+            "APP_PROCESSES=2\n"
+        )
+        env_file.chmod(0o600)
+        paths = {
+            INSTALL: str(ROOT),
+            VENV: str(venv),
+            ENVIRONMENT_FILE: str(env_file),
+            RUNTIME_DIRECTORY: str(self.runtime_dir),
+            STATE_DIRECTORY: str(self.state_dir),
+        }
+        self.settings = service_settings(installed(UNIT_FILE.read_text(), paths))
+        self.python = venv / "bin" / "python"
+        self.log_path = work_dir / "service.log"
+        self.process: subprocess.Popen | None = None
+        # systemd's notify socket (Type=notify): each message with its sender's pid (SO_PASSCRED).
+        self.notify_path = work_dir / "notify"
+        self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.notify.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        self.notify.bind(str(self.notify_path))
+        os.chown(self.notify_path, self.user.pw_uid, self.user.pw_gid)
+        self.notifications: list[tuple[int, str]] = []  # (pid, state) since the last start
+        self.health_when_ready: int | None = None
+
+    def environment(self) -> dict[str, str]:
+        env = {
+            "PATH": SYSTEMD_PATH,
+            "HOME": self.user.pw_dir,
+            "USER": USER,
+            "LOGNAME": USER,
+            "SHELL": self.user.pw_shell,
+            "RUNTIME_DIRECTORY": str(self.runtime_dir),
+            "STATE_DIRECTORY": str(self.state_dir),
+        }
+        for value in self.settings.get("Environment", []):
+            env.update(item.split("=", 1) for item in shlex.split(value))
+        for path in self.settings["EnvironmentFile"]:
+            env.update(environment_file(Path(path)))
+        return env
+
+    def as_user(self, command: list[str]) -> list[str]:
+        """`command` as USER: NoNewPrivileges=yes and an empty CapabilityBoundingSet= applied."""
+        hardening = []
+        if self.settings.get("NoNewPrivileges") == ["yes"]:
+            hardening.append("--no-new-privs")
+        if self.settings.get("CapabilityBoundingSet") == [""]:
+            hardening += ["--bounding-set=-all", "--inh-caps=-all"]
+        user = [f"--reuid={self.user.pw_uid}", f"--regid={self.user.pw_gid}", "--clear-groups"]
+        return ["setpriv", *user, *hardening, *command]
+
+    def sandbox(self) -> list[str]:
+        """A prefix running a command with what a mount namespace does of the unit's ProtectSystem=strict
+        (all read-only but its runtime and state directories), PrivateTmp= (a /tmp and /var/tmp of
+        its own, empty) and ProtectHome= (/home, /root and /run/user empty)."""
+        script = ["set -e"]
+        if self.settings.get("ProtectSystem") == ["strict"]:
+            writable = " ".join(shlex.quote(str(path)) for path in (self.runtime_dir, self.state_dir))
+            script += [
+                f"for path in {writable}; do mount --bind $path $path; done",
+                READ_ONLY_BUT.format(writable=writable),
+            ]
+        if self.settings.get("PrivateTmp") == ["yes"]:
+            script.append("for path in /tmp /var/tmp; do mount -t tmpfs -o mode=1777 tmpfs $path; done")
+        if self.settings.get("ProtectHome") == ["yes"]:
+            script.append(
+                "for path in /home /root /run/user; do [ ! -d $path ] || mount -t tmpfs -o ro tmpfs $path; done"
+            )
+        return [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            "\n".join([*script, 'exec "$@"']),
+            "sandbox",
+        ]
+
+    def run(self, command: list[str], as_user: bool = True) -> str:
+        umask = int(self.settings["UMask"][0], 8)
+        return subprocess.run(
+            self.as_user(command) if as_user else command,
+            cwd=self.settings["WorkingDirectory"][0],
+            env=self.environment(),
+            preexec_fn=(lambda: os.umask(umask)) if as_user else None,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+
+    def deploy(self) -> "InstalledService":
+        """The README's deploy step: collectstatic as root, migrate as the service's user."""
+        self.run([str(self.python), "manage.py", "collectstatic", "--no-input", "-v", "0"], as_user=False)
+        self.run([str(self.python), "manage.py", "migrate", "--no-input"])
+        return self
+
+    def token(self) -> str:
+        return self.run([str(self.python), "manage.py", "token", "issue", "systemd-client"]).strip()
+
+    def start(self) -> "InstalledService":
+        """Start ExecStart; started when it says READY=1 (Type=notify), as systemd waits for it."""
+        [exec_start] = self.settings["ExecStart"]
+        umask = int(self.settings["UMask"][0], 8)
+        self.notifications = []
+        with self.log_path.open("ab") as output:
+            self.process = subprocess.Popen(
+                [*self.sandbox(), *self.as_user(shlex.split(exec_start))],
+                cwd=self.settings["WorkingDirectory"][0],
+                env={**self.environment(), "NOTIFY_SOCKET": str(self.notify_path)},
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=lambda: os.umask(umask),
+            )
+        try:
+            wait_until(lambda: self.received("READY=1"), self.process, 60, "READY=1")
+        except RuntimeError as error:
+            self.stop()
+            raise RuntimeError(f"the unit's ExecStart did not come up: {error}\n{self.log()}") from None
+        self.health_when_ready = http_status(f"{self.url}/healthz")
+        return self
+
+    def received(self, state: str, timeout: float = 0.1) -> bool:
+        """Whether `state` has come on the notify socket, waiting up to `timeout` seconds for more."""
+        self.notify.settimeout(timeout)
+        try:
+            while True:
+                data, ancillary, _, _ = self.notify.recvmsg(4096, socket.CMSG_SPACE(12))
+                [(_, _, credentials)] = ancillary  # SCM_CREDENTIALS: pid, uid, gid
+                self.notifications.append((struct.unpack("3i", credentials)[0], data.decode()))
+                self.notify.settimeout(0)
+        except (TimeoutError, BlockingIOError):
+            pass
+        return any(line == state for _, sent in self.notifications for line in sent.splitlines())
+
+    def reload(self) -> None:
+        [exec_reload] = self.settings["ExecReload"]
+        self.run(shlex.split(exec_reload.replace("$MAINPID", str(self.process.pid))))
+
+    def stop(self) -> int:
+        """systemd's stop under KillMode=mixed: KillSignal to the main process alone, then, after
+        TimeoutStopSec, SIGKILL to every process left."""
+        if self.process.poll() is None:
+            left = self.processes()
+            os.kill(self.process.pid, getattr(signal, self.settings["KillSignal"][0]))
+            try:
+                self.process.wait(timeout=int(self.settings["TimeoutStopSec"][0]))
+            except subprocess.TimeoutExpired:
+                for pid in left:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                self.process.wait()
+        deadline = time.monotonic() + 1
+        while not self.received("STOPPING=1") and time.monotonic() < deadline:
+            pass
+        return self.process.returncode
+
+    def processes(self) -> list[int]:
+        return [self.process.pid, *descendants(self.process.pid)]
+
+    def nginx_master(self) -> int:
+        return next(pid for pid in children(self.process.pid) if b"nginx" in command_line(pid))
+
+    def app_workers(self) -> set[int]:
+        """The app server's workers: the children of serve.py's child that is not nginx."""
+        [app] = [pid for pid in children(self.process.pid) if b"nginx" not in command_line(pid)]
+        return set(children(app))
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def command_line(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return b""
+
+
+def privileges(pid: int) -> dict[str, str]:
+    """The user ids (real, effective, saved, file system), effective capabilities and no_new_privs of a process."""
+    status = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    return {key: status[key].strip() for key in ("Uid", "CapEff", "NoNewPrivs")}
+
+
+@pytest.fixture
+def service(operator_venv):
+    # Not in /tmp, which the unit's PrivateTmp= hides, nor in pytest's folder, which USER cannot reach.
+    work_dir = Path(tempfile.mkdtemp(prefix="plantstore-systemd.", dir="/run"))
+    work_dir.chmod(0o755)
+    installed_service = None
+    try:
+        installed_service = InstalledService(work_dir, operator_venv)
+        yield installed_service.deploy()
+    finally:
+        if installed_service and installed_service.process:
+            installed_service.stop()
+        if installed_service:
+            installed_service.notify.close()
+        shutil.rmtree(work_dir, ignore_errors=True)
+
+
+@pytest.mark.live
+@as_root
+def test_its_command_serves_as_an_unprivileged_user_reloads_without_a_failed_request_and_stops(service):
+    service.start()
+    token = service.token()
+    health = request(f"{service.url}/healthz")
+    created = request(f"{service.url}/plants", {"id": -1, "name": "Monstera"}, token)  # the load's are 1, 2, …
+    processes = service.processes()
+    uid = str(service.user.pw_uid)
+
+    assert (service.health_when_ready, health[0], health[1]["Server"], created[0], created[2]) == (
+        200,
+        200,
+        "nginx",
+        200,
+        '{"id":-1,"name":"Monstera"}',
+    )
+    assert len(processes) >= 6, service.log()  # serve.py, nginx's master and worker, the app's master and 2 workers
+    assert {pid: privileges(pid) for pid in processes} == {
+        pid: {"Uid": f"{uid}\t{uid}\t{uid}\t{uid}", "CapEff": "0000000000000000", "NoNewPrivs": "1"}
+        for pid in processes
+    }
+
+    old_workers = service.app_workers()
+    nginx = service.nginx_master()
+    folder = Path(command_line(nginx).decode().split("-p ")[1].split(" ")[0])  # the unit's temp folder
+    # In the unit's own /tmp: there for its processes, not for the machine's.
+    assert (Path(f"/proc/{nginx}/root{folder}/app.sock").is_socket(), folder.exists()) == (True, False)
+    with Load(f"{service.url}/plants", token, clients=4, limit=3000, timeout=30) as load:
+        load.wait_for(100)
+        service.reload()
+        wait_until(
+            lambda: service.app_workers() and not service.app_workers() & old_workers,
+            service.process,
+            30,
+            "the app server's new workers",
+        )
+        answered_at_reload = len(load.answers)
+        load.wait_for(answered_at_reload + 300, timeout=60)
+    processes = service.processes()
+
+    assert len(load.answers) >= answered_at_reload + 300
+    assert [(status, text) for _, status, _, text, _ in load.answers if status != 200] == []
+    assert (service.stop(), wait_for_exit(processes)) == (0, [])
+    # Only serve.py spoke to systemd (NotifyAccess=main): ready, then stopping.
+    assert service.notifications == [(service.process.pid, "READY=1"), (service.process.pid, "STOPPING=1")]
+
+
+@pytest.mark.live
+@as_root
+def test_the_rate_limit_counters_in_its_runtime_directory_survive_a_restart(service):
+    def create(plant_id: int, token: str) -> tuple[int, str]:
+        status, headers, _ = request(f"{service.url}/plants", {"id": plant_id, "name": "Fern"}, token)
+        return status, headers["RateLimit"].split(";")[1]
+
+    service.start()
+    token = service.token()
+    before = [create(plant_id, token) for plant_id in (1, 2)]
+    service.stop()
+    counters = {path.name: oct(path.stat().st_mode & 0o777) for path in service.runtime_dir.iterdir()}
+    service.start()
+    after = create(3, token)
+
+    assert before + [after] == [(200, f"r={RATE - count}") for count in (1, 2, 3)]
+    assert counters == {"rate-limits-86400s.counters": "0o600"}
