@@ -7,11 +7,18 @@ names. Prints the table kept in BENCHMARKS.md (What was measured against it).
 """
 
 import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
 
 from bench.run import ENV, LOG_DIR, prepare, ratio, run_rounds, summarize
-from bench.servers import service
+from bench.servers import service, unit
+from deploy.app_server import uwsgi_command
+from deploy.processes import ROOT
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 7))
+TREE = os.environ.get("BENCH_TREE", "")
 SECONDS = int(os.environ.get("BENCH_SECONDS", 6))
 EXTRAS_OFF = {"PLANTS_THROTTLE_RATE": "", "BENCH_LEVERS": "no-request-log,no-metrics"}
 # name: (what differs from the baseline, environment it adds); every one is behind nginx.
@@ -53,6 +60,17 @@ def start(env: dict):
     return service(LOG_DIR, **{**ENV, **env}).start()
 
 
+def start_tree(commit: str):
+    """BENCH_TREE=<commit>: that commit's code in a unit like the baseline's (the same venv and uWSGI
+    settings), as a row beside the levers: an A/B of two trees on the production path."""
+    tree = Path(tempfile.mkdtemp(prefix="plantstore-tree."))
+    archive = subprocess.run(["git", "archive", commit], cwd=ROOT, check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    env = {**ENV, "PYTHONPATH": str(tree)}
+    command = [*uwsgi_command(env, "bench.wsgi:application"), f"--chdir={tree}"]
+    return unit("tree", LOG_DIR, command, **env).start()
+
+
 def main() -> None:
     token = prepare("bench-levers")
     servers = {}
@@ -61,15 +79,22 @@ def main() -> None:
             servers[name] = start(dict(env))
         targets = {name: (name, "/plants", name) for name in VARIANTS}
         targets["bare"] = ("baseline", BARE_PATH, "bare")
+        if TREE:
+            servers["tree"] = start_tree(TREE)
+            targets["tree"] = ("tree", "/plants", "tree")
         rounds = run_rounds(servers, token, targets, ROUNDS, SECONDS)
     finally:
         for server in servers.values():
             server.stop()
+        for tree in Path(tempfile.gettempdir()).glob("plantstore-tree.*"):
+            shutil.rmtree(tree, ignore_errors=True)
     base_cpu = summarize(rounds["baseline"])["cpu_us"]
     print(f"\n{ROUNDS} rounds of {SECONDS} s; CPU per request: nginx and the app server's processes")
     print("| lever (behind nginx) | requests/s ÷ baseline | CPU per request | statements per create | errors |")
     print("|---|---|---|---|---|")
     rows = {name: description for name, (description, _) in VARIANTS.items()} | {"bare": BARE_ROW}
+    if TREE:
+        rows["tree"] = f"the code at {TREE}, in a unit like the baseline's"
     for name, description in rows.items():
         figures = summarize(rounds[name])
         cpu = f"{figures['cpu_us']:.0f} µs ({figures['cpu_us'] / base_cpu - 1:+.0%})"
