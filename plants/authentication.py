@@ -9,7 +9,8 @@ from rest_framework.authentication import BaseAuthentication
 
 from plants import metrics
 from plants.exceptions import InvalidToken, MalformedCredentials
-from plants.models import ApiToken, TokenStatus, token_by_digest
+from plants.models import ApiToken, TokenStatus
+from plants.statements import token_by_digest
 from plants.tokens import MAX_TOKEN_LENGTH, token_digest
 
 # last_used_at is written at most this often per token, so the hot path stays one SELECT and the INSERT.

@@ -85,16 +85,3 @@ class ApiToken(models.Model):
 # What authenticating and throttling a request read of its token (with the primary key): the
 # digest keys its rate-limit counter (unique, never reused), so it is loaded, not deferred.
 AUTHENTICATION_FIELDS = ["name", "digest", "expires_at", "revoked_at", "last_used_at"]
-
-
-def token_by_digest(digest: str) -> ApiToken | None:
-    """The token with this digest, or None, read from the database on every call.
-
-    Every API request looks its token up, so a revoked or expired token is refused from the
-    first request that starts after the change commits. Only the columns authentication and
-    the throttle read are loaded (AUTHENTICATION_FIELDS).
-    """
-    try:
-        return ApiToken.objects.only(*AUTHENTICATION_FIELDS).get(digest=digest)
-    except ApiToken.DoesNotExist:
-        return None

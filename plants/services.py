@@ -10,6 +10,7 @@ from django.utils import timezone
 from plants import metrics
 from plants.exceptions import DuplicatePlantId
 from plants.models import ApiToken, Plant
+from plants.statements import plant_insert
 from plants.tokens import DISPLAY_PREFIX_LENGTH, generate_token, token_digest
 
 
@@ -21,7 +22,8 @@ def plant_create(*, id: int, name: str, tag: str | None = None) -> Plant:
     """
     try:
         with _savepoint_if_nested():
-            plant = Plant.objects.create(id=id, name=name, tag=tag)
+            plant = Plant(id=id, name=name, tag=tag)
+            plant_insert(plant)
     except IntegrityError:
         stored = Plant.objects.filter(id=id).first()
         if stored is None:

@@ -222,7 +222,7 @@ def test_database_outage_during_create_returns_503_error_body(post_plant, monkey
     def unreachable(*args, **kwargs):
         raise OperationalError("connection refused")
 
-    monkeypatch.setattr(Plant, "save", unreachable)
+    monkeypatch.setattr("plants.services.plant_insert", unreachable)
 
     response = post_plant({"id": 1, "name": "Rose"})
 
