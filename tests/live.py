@@ -59,12 +59,22 @@ def create_many(url: str, token: str, ids, name: str, threads: int = 8) -> list[
 
 class Load:
     """Clients creating unique plants (ids 1, 2, …) until stopped or `limit`, each waiting `pause`
-    seconds between its requests, each waiting up to `timeout` seconds for its answer; remembers every answer."""
+    seconds between its requests, each waiting up to `timeout` seconds for its answer; remembers every
+    answer. With `retry`, a client sends a create answered 503 (or not answered) again, as the README
+    advises, `pause` (at least 0.1 s) later, until it is answered otherwise or the load stops."""
 
     def __init__(
-        self, url: str, token: str, clients: int = 6, limit: int = 100_000, pause: float = 0, timeout: float = 10
+        self,
+        url: str,
+        token: str,
+        clients: int = 6,
+        limit: int = 100_000,
+        pause: float = 0,
+        timeout: float = 10,
+        retry: bool = False,
     ):
         self.url, self.token, self.limit, self.pause, self.timeout = url, token, limit, pause, timeout
+        self.retry = retry
         # (id, status, content type, text, when the request was sent)
         self.answers: list[tuple[int, int | None, str, str, float]] = []
         self.stopped = threading.Event()
@@ -79,15 +89,20 @@ class Load:
 
     def run(self):
         while not self.stopped.is_set() and (plant_id := self.take_id()) is not None:
-            sent = time.monotonic()
-            status, headers, text = request(
-                self.url, {"id": plant_id, "name": f"load-{plant_id}"}, self.token, timeout=self.timeout
-            )
-            content_type = headers.get("Content-Type", "") if headers else ""
-            with self.lock:
-                self.answers.append((plant_id, status, content_type, text, sent))
+            while self.create(plant_id) in (503, None) and self.retry and not self.stopped.wait(max(self.pause, 0.1)):
+                pass
             if self.pause:
                 self.stopped.wait(self.pause)
+
+    def create(self, plant_id: int) -> int | None:
+        sent = time.monotonic()
+        status, headers, text = request(
+            self.url, {"id": plant_id, "name": f"load-{plant_id}"}, self.token, timeout=self.timeout
+        )
+        content_type = headers.get("Content-Type", "") if headers else ""
+        with self.lock:
+            self.answers.append((plant_id, status, content_type, text, sent))
+        return status
 
     def __enter__(self):
         for thread in self.threads:
