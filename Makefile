@@ -109,8 +109,9 @@ profile: $(VENV)/.dev ## profile POST /plants under load with py-spy: writes ben
 	scripts/debian-packages postgresql wrk
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} scripts/with-postgres $(PYTHON) -m bench.profile
 
-bench-cluster: $(VENV)/.dev ## creates/s through make cluster's HAProxy with one and with two app servers (wrk)
+bench-cluster: $(VENV)/.dev ## creates/s through make cluster's HAProxy with one and with two app servers (wrk), on one PostgreSQL and on the failover pair
 	scripts/debian-packages postgresql pgbouncer redis-server haproxy wrk
+	scripts/debian-packages $(FAILOVER_PACKAGES)
 	scripts/with-postgres $(PYTHON) -m bench.cluster
 
 mutants: $(VENV)/.dev ## plant hand-made bugs in the rules (scripts/mutants.py); fails if the suite misses one

@@ -158,9 +158,10 @@ def live_unit(log_dir: Path, **env: str) -> Unit:
     return Unit(f"127.0.0.1:{port}", live_env(**env), log=log_dir / f"unit-{port}.log", name=f"unit-{port}")
 
 
-def live_cluster(settings_dict: dict, work_dir: Path, **env: str) -> Cluster:
-    """make cluster's topology (deploy/cluster.py) on the database of `settings_dict`, with LIVE_SETTINGS."""
-    return Cluster(settings_dict, work_dir, **{**LIVE_SETTINGS, **env})
+def live_cluster(settings_dict: dict | None, work_dir: Path, database_url: str | None = None, **env: str) -> Cluster:
+    """make cluster's topology (deploy/cluster.py) with LIVE_SETTINGS, on `database_url` (such as a
+    FailoverDatabase's), or else through PgBouncer on the one database of `settings_dict`."""
+    return Cluster(settings_dict, work_dir, database_url=database_url, **{**LIVE_SETTINGS, **env})
 
 
 class LivePrometheus:

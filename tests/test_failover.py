@@ -25,8 +25,9 @@ pytestmark = [pytest.mark.postgres, pytest.mark.live]
 # is lost (monitor: 2 s to declare it down, 3 s for it to demote, then the promotion; HAProxy: 2
 # health checks to put the app servers back). The bound tested:
 FAILOVER_SECONDS = 15
-# A switchover fails the creates of its few seconds of read-only primary; each client retries them.
-SWITCHOVER_FAILED_REQUESTS = 60
+# A switchover fails the creates of the moment neither node takes writes (measured: 45 to 48 with 4
+# clients retrying every 0.1 s, about 1.2 s); each is retried to a 200. The bound tested, 3 s of it:
+SWITCHOVER_FAILED_REQUESTS = 120
 UNAVAILABLE = [
     {"error": 50300, "message": "The service cannot reach its database; retry later."},
     {"error": 50300, "message": "No app server could answer; retry later."},
@@ -125,7 +126,8 @@ def test_primary_host_lost_under_load_fails_over_with_503s_only_and_keeps_every_
     during = [answer for answer in load.answers if answer[4] > killed_at]
     failed = [sent - killed_at for _, status, _, _, sent in during if status != 200]
     log.info(
-        "promoted after %.1f s; the last failed create was sent %.1f s after", promoted_after, max(failed, default=0)
+        "promoted after %.1f s; %d failed requests, the last sent %.1f s after the kill",
+        *(promoted_after, len(failed), max(failed, default=0)),
     )
     assert_only_created_or_unavailable(load)
     assert failed and max(failed) < FAILOVER_SECONDS
@@ -151,7 +153,11 @@ def test_switchover_under_load_loses_no_acknowledged_create_and_fails_few_reques
         load.wait_for(len(load.answers) + 40, timeout=FAILOVER_SECONDS)
 
     failed = [answer for answer in load.answers if answer[1] != 200]
-    log.info("switchover took %.1f s; %d failed requests of %d", switched_after, len(failed), len(load.answers))
+    failing = max((sent for *_, sent in failed), default=0) - min((sent for *_, sent in failed), default=0)
+    log.info(
+        "switchover took %.1f s; %d failed requests of %d, over %.1f s",
+        *(switched_after, len(failed), len(load.answers), failing),
+    )
     assert_only_created_or_unavailable(load)
     assert len(failed) <= SWITCHOVER_FAILED_REQUESTS
     new_primary = healthy.primary()
