@@ -25,9 +25,12 @@ pytestmark = [pytest.mark.postgres, pytest.mark.live]
 # is lost (monitor: 2 s to declare it down, 3 s for it to demote, then the promotion; HAProxy: 2
 # health checks to put the app servers back). The bound tested:
 FAILOVER_SECONDS = 15
-# A switchover fails the creates of the moment neither node takes writes (measured: 45 to 48 with 4
-# clients retrying every 0.1 s, about 1.2 s); each is retried to a 200. The bound tested, 3 s of it:
-SWITCHOVER_FAILED_REQUESTS = 120
+# A switchover fails the creates of the moment neither node takes writes, each retried to a 200:
+# measured, 44 to 52 requests over 1.2 to 1.4 s (4 clients retrying every 0.1 s), once 273 over 7.1 s
+# at a load average of 15. The bound tested: every failed request sent within 10 s of its start, so
+# at most 4 clients × 10 s / 0.1 s of them.
+SWITCHOVER_SECONDS = 10
+SWITCHOVER_FAILED_REQUESTS = 4 * SWITCHOVER_SECONDS * 10
 UNAVAILABLE = [
     {"error": 50300, "message": "The service cannot reach its database; retry later."},
     {"error": 50300, "message": "No app server could answer; retry later."},
@@ -150,20 +153,20 @@ def test_switchover_under_load_loses_no_acknowledged_create_and_fails_few_reques
         started = time.monotonic()
         healthy.switchover()
         switched_after = time.monotonic() - started
-        load.wait_for(len(load.answers) + 40, timeout=FAILOVER_SECONDS)
+        time.sleep(max(0.0, started + SWITCHOVER_SECONDS + 2 - time.monotonic()))
 
-    failed = [answer for answer in load.answers if answer[1] != 200]
-    failing = max((sent for *_, sent in failed), default=0) - min((sent for *_, sent in failed), default=0)
+    failed = [sent - started for _, status, _, _, sent in load.answers if status != 200]
     log.info(
-        "switchover took %.1f s; %d failed requests of %d, over %.1f s",
-        *(switched_after, len(failed), len(load.answers), failing),
+        "switchover took %.1f s; %d failed requests of %d, sent from %.1f s to %.1f s after its start",
+        *(switched_after, len(failed), len(load.answers), min(failed, default=0), max(failed, default=0)),
     )
     assert_only_created_or_unavailable(load)
-    assert len(failed) <= SWITCHOVER_FAILED_REQUESTS
+    assert len(failed) <= SWITCHOVER_FAILED_REQUESTS and max(failed, default=0) < SWITCHOVER_SECONDS
+    late = [status for _, status, _, _, sent in load.answers if sent > started + SWITCHOVER_SECONDS]
+    assert len(late) >= 20 and set(late) == {200}
     new_primary = healthy.primary()
     assert new_primary is not old_primary and healthy.states()[old_primary.name][1] == "secondary"
     assert load.ids_with(200) <= stored_ids(new_primary)
-    assert load.answers[-1][1] == 200
 
 
 def test_token_revoked_just_before_a_failover_is_refused_after_it_and_rate_counts_carry_over(healthy, cluster):
