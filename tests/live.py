@@ -58,10 +58,11 @@ def create_many(url: str, token: str, ids, name: str, threads: int = 8) -> list[
 
 
 class Load:
-    """Clients creating unique plants (ids 1, 2, …) until stopped or `limit`, each waiting `pause`
-    seconds between its requests, each waiting up to `timeout` seconds for its answer; remembers every
-    answer. With `retry`, a client sends a create answered 503 (or not answered) again, as the README
-    advises, `pause` (at least 0.1 s) later, until it is answered otherwise or the load stops."""
+    """Clients creating unique plants (ids `first_id`, the next, …) until stopped or `limit` of them,
+    each waiting `pause` seconds between its requests, each waiting up to `timeout` seconds for its
+    answer; remembers every answer. With `retry`, a client sends a create answered 503 (or not
+    answered) again, as the README advises, `pause` (at least 0.1 s) later, until it is answered
+    otherwise or the load stops."""
 
     def __init__(
         self,
@@ -72,9 +73,10 @@ class Load:
         pause: float = 0,
         timeout: float = 10,
         retry: bool = False,
+        first_id: int = 1,
     ):
         self.url, self.token, self.limit, self.pause, self.timeout = url, token, limit, pause, timeout
-        self.retry = retry
+        self.retry, self.first_id = retry, first_id
         # (id, status, content type, text, when the request was sent)
         self.answers: list[tuple[int, int | None, str, str, float]] = []
         self.stopped = threading.Event()
@@ -85,7 +87,7 @@ class Load:
     def take_id(self) -> int | None:
         with self.lock:
             self.next_id += 1
-            return self.next_id if self.next_id <= self.limit else None
+            return self.first_id - 1 + self.next_id if self.next_id <= self.limit else None
 
     def run(self):
         while not self.stopped.is_set() and (plant_id := self.take_id()) is not None:

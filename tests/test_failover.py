@@ -1,8 +1,11 @@
 """The database survives the loss of its primary: make cluster's tier (deploy/database.py) under load.
 
 One formation (pg_auto_failover's monitor, a primary and a synchronous standby) and one cluster in
-front of it for the module; each test issues its own token and starts with the formation healthy.
-Stored rows are read from the primary (or a standby) directly.
+front of it for the module; each test issues its own token, creates its own range of ids (nothing
+is emptied between tests), and starts with the formation healthy.
+Stored rows are read from the primary (or a standby) directly. tests/test_cluster.py's cases that
+depend on the database (one winner of a duplicate race, a revoke seen from the next request) run
+here too, on this tier.
 """
 
 import json
@@ -10,6 +13,7 @@ import logging
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
 import pytest
@@ -115,10 +119,39 @@ def test_primary_waits_for_its_named_synchronous_standby(healthy):
     assert replication == [(standby_name, "quorum")]  # ANY 1 of one standby: it confirms every commit
 
 
+def test_duplicate_race_across_servers_has_one_winner_on_the_primary(healthy, cluster):
+    token = issue_token(healthy, "race-client")
+
+    def create(number: int):
+        return request(f"{cluster.url}/plants", {"id": 7, "name": f"Rose {number}"}, token)
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        answers = [(status, json.loads(text)) for status, _, text in pool.map(create, range(16))]
+
+    winners = [body for status, body in answers if status == 200]
+    duplicate = {"error": 40003, "message": "A plant with id 7 already exists with a different name or tag."}
+    assert len(winners) == 1 and [answer for answer in answers if answer[0] != 200] == [(400, duplicate)] * 15
+    assert FailoverDatabase.execute(healthy.primary(), "SELECT name FROM plants_plant WHERE id = 7") == [
+        (winners[0]["name"],)
+    ]
+
+
+def test_token_revoked_is_refused_by_every_server_from_the_next_request(healthy, cluster):
+    token = issue_token(healthy, "revoke-next-client")
+    urls = [unit.url for unit in cluster.units] + [cluster.url]
+    before = [request(f"{url}/plants", {"id": 40_000 + n, "name": "Rose"}, token)[0] for n, url in enumerate(urls)]
+
+    manage(healthy, "token", "revoke", "revoke-next-client")
+    after = [request(f"{url}/plants", {"id": 40_010 + n, "name": "Rose"}, token) for n, url in enumerate(urls * 2)]
+
+    assert before == [200, 200, 200]
+    assert [(status, json.loads(text)) for status, _, text in after] == [(401, REVOKED)] * 6
+
+
 def test_primary_host_lost_under_load_fails_over_with_503s_only_and_keeps_every_acknowledged_create(healthy, cluster):
     token = issue_token(healthy, "failover-client")
     old_primary = healthy.primary()
-    with Load(f"{cluster.url}/plants", token, clients=4, retry=True) as load:
+    with Load(f"{cluster.url}/plants", token, clients=4, retry=True, first_id=100_000) as load:
         load.wait_for(40)
         old_primary.kill()
         killed_at = time.monotonic()
@@ -148,7 +181,7 @@ def test_primary_host_lost_under_load_fails_over_with_503s_only_and_keeps_every_
 def test_switchover_under_load_loses_no_acknowledged_create_and_fails_few_requests(healthy, cluster):
     token = issue_token(healthy, "switchover-client")
     old_primary = healthy.primary()
-    with Load(f"{cluster.url}/plants", token, clients=4, retry=True) as load:
+    with Load(f"{cluster.url}/plants", token, clients=4, retry=True, first_id=200_000) as load:
         load.wait_for(40)
         started = time.monotonic()
         healthy.switchover()
