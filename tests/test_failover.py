@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.live]
 # health checks to put the app servers back). The bound tested:
 FAILOVER_SECONDS = 15
 # A switchover fails the creates of the moment neither node takes writes, each retried to a 200:
-# measured, 44 to 52 requests over 1.2 to 1.4 s (4 clients retrying every 0.1 s), once 273 over 7.1 s
+# measured, 33 to 52 requests over 1.2 to 1.4 s (4 clients retrying every 0.1 s), once 273 over 7.1 s
 # at a load average of 15. The bound tested: every failed request sent within 10 s of its start, so
 # at most 4 clients × 10 s / 0.1 s of them.
 SWITCHOVER_SECONDS = 10
