@@ -104,6 +104,25 @@ def assert_only_created_or_unavailable(load: Load) -> None:
             assert (status, content_type, json.loads(text) in UNAVAILABLE) == (503, "application/json", True), text
 
 
+def test_multi_host_database_url_reaches_libpq_as_lists_with_target_session_attrs():
+    # The URL form deploy/database.py gives the app servers: dj_database_url passes its query to
+    # OPTIONS, and Django's backend passes OPTIONS to psycopg (and libpq) as they are.
+    url = "postgres://plantstore@/plantstore?host=10.0.0.1,10.0.0.2&port=5432,5433&target_session_attrs=read-write"
+    show = "from django.db import connection; import json; print(json.dumps(connection.get_connection_params(), default=str))"
+    env = {**live_env(DATABASE_URL=url), "DJANGO_DEBUG": "1"}
+    command = [sys.executable, "manage.py", "shell", "-c", show]
+    output = subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
+    params = json.loads(output.splitlines()[-1])  # after the shell's own line on what it imported
+
+    assert {name: params.get(name) for name in ("host", "port", "target_session_attrs", "dbname", "user")} == {
+        "host": "10.0.0.1,10.0.0.2",
+        "port": "5432,5433",
+        "target_session_attrs": "read-write",
+        "dbname": "plantstore",
+        "user": "plantstore",
+    }
+
+
 def test_primary_waits_for_its_named_synchronous_standby(healthy):
     primary, (standby,) = healthy.primary(), healthy.standbys()
     standby_name = f"pgautofailover_standby_{standby.name.removeprefix('node')}"
