@@ -4,6 +4,8 @@ VENV ?= .venv
 PYTHON := $(VENV)/bin/python
 PORT ?= 8000
 PYTEST_ARGS ?=
+# pg_auto_failover for the installed PostgreSQL server's major version (expanded once that is installed).
+FAILOVER_PACKAGES = pg-auto-failover-cli postgresql-$$(ls /usr/lib/postgresql | sort -V | tail -n 1)-auto-failover
 # The browser tests drive Debian's Chromium; Playwright never downloads a browser of its own.
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
@@ -38,14 +40,16 @@ serve: $(VENV)/.runtime ## production path: migrate, collectstatic, one producti
 	$(PYTHON) manage.py collectstatic --no-input -v 0
 	exec $(PYTHON) deploy/serve.py
 
-cluster: $(VENV)/.runtime ## production's topology on one machine: HAProxy on $PORT, 2 production units (nginx, uWSGI), PgBouncer, PostgreSQL, Redis (HUP: rolling restart; Ctrl-C stops all)
-	scripts/debian-packages postgresql pgbouncer redis-server haproxy
-	PORT=$(PORT) scripts/with-postgres $(PYTHON) scripts/cluster
+cluster: $(VENV)/.runtime ## production's topology on one machine: HAProxy on $PORT, 2 production units (nginx, uWSGI), a PostgreSQL primary and standby (pg_auto_failover), Redis (HUP: rolling restart; Ctrl-C stops all)
+	scripts/debian-packages postgresql redis-server haproxy nginx
+	scripts/debian-packages $(FAILOVER_PACKAGES)
+	PORT=$(PORT) $(PYTHON) scripts/cluster
 
 test: lint test-contract coverage-erase test-sqlite test-postgres coverage ## lint, fuzz the contract, the suite on SQLite and PostgreSQL, coverage
 
-system-packages: ## install the Debian packages the tests need, if missing (PostgreSQL, PgBouncer, Redis, nginx, HAProxy, Prometheus, Chromium, systemd-analyze, python3-venv)
+system-packages: ## install the Debian packages the tests need, if missing (PostgreSQL, pg_auto_failover, PgBouncer, Redis, nginx, HAProxy, Prometheus, Chromium, systemd-analyze, python3-venv)
 	scripts/debian-packages postgresql pgbouncer redis-server nginx haproxy prometheus chromium systemd python3-venv
+	scripts/debian-packages $(FAILOVER_PACKAGES)
 
 lint: $(VENV)/.dev ## the pre-commit hooks on every file (ruff, no keys, no conflict markers), and no model change without a migration
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pre-commit run --all-files --show-diff-on-failure
@@ -114,8 +118,9 @@ profile: $(VENV)/.dev ## profile POST /plants under load with py-spy: writes ben
 	scripts/debian-packages postgresql wrk
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} scripts/with-postgres $(PYTHON) -m bench.profile
 
-bench-cluster: $(VENV)/.dev ## creates/s through make cluster's HAProxy with one and with two app servers (wrk)
+bench-cluster: $(VENV)/.dev ## creates/s through make cluster's HAProxy with one and with two app servers (wrk), on one PostgreSQL and on the failover pair
 	scripts/debian-packages postgresql pgbouncer redis-server haproxy wrk
+	scripts/debian-packages $(FAILOVER_PACKAGES)
 	scripts/with-postgres $(PYTHON) -m bench.cluster
 
 mutants: $(VENV)/.dev ## plant hand-made bugs in the rules (scripts/mutants.py); fails if the suite misses one

@@ -1,5 +1,6 @@
-"""`make bench-cluster`: creates/s through HAProxy with one and with two app servers (make cluster's
-topology: PgBouncer in transaction mode, Redis throttle counters), printed as a Markdown table.
+"""`make bench-cluster`: creates/s through HAProxy with one and with two app servers, in front of one
+PostgreSQL behind PgBouncer in transaction mode and in front of make cluster's failover pair (a
+primary and a synchronous standby, deploy/database.py), Redis throttle counters; a Markdown table.
 
 Run under scripts/with-postgres. Each app server is a production unit (deploy/unit.py: nginx, then
 uWSGI with its production settings); wrk runs on the same machine.
@@ -17,6 +18,7 @@ from pathlib import Path
 import dj_database_url
 
 from deploy.cluster import Cluster
+from deploy.database import FailoverDatabase
 from deploy.processes import ROOT
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 3))
@@ -43,14 +45,17 @@ def wrk(url: str, token: str, id_base: int, seconds: int) -> dict:
     return json.loads(output.strip().splitlines()[-1])
 
 
-def measure(app_servers: int, round_base: int) -> dict:
+def measure(app_servers: int, round_base: int, database: FailoverDatabase | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="plantstore-bench-cluster.") as work_dir:
-        cluster = Cluster(
-            dj_database_url.parse(os.environ["DATABASE_URL"]), Path(work_dir), app_servers=app_servers, **ENV
-        )
+        if database:
+            cluster = Cluster(None, Path(work_dir), app_servers=app_servers, database_url=database.url, **ENV)
+        else:
+            settings_dict = dj_database_url.parse(os.environ["DATABASE_URL"])
+            cluster = Cluster(settings_dict, Path(work_dir), app_servers=app_servers, **ENV)
         cluster.start()
         try:
-            env = {**os.environ, **ENV, "DATABASE_URL": cluster.pgbouncer.url, "DJANGO_DB_PREPARED_STATEMENTS": "0"}
+            env = {**os.environ, **ENV, "DATABASE_URL": cluster.env["DATABASE_URL"]}
+            env["DJANGO_DB_PREPARED_STATEMENTS"] = cluster.env.get("DJANGO_DB_PREPARED_STATEMENTS", "1")
             token = manage("token", "issue", f"bench-{app_servers}", env=env)
             wrk(cluster.url, token, round_base, 3)  # warm-up: connections, prepared caches, throttle keys
             rounds = [wrk(cluster.url, token, round_base + (n + 1) * 10**10, SECONDS) for n in range(ROUNDS)]
@@ -66,14 +71,22 @@ def measure(app_servers: int, round_base: int) -> dict:
 
 def main() -> None:
     manage("migrate", "--no-input", env={**os.environ, **ENV})
-    results = {servers: measure(servers, servers * 10**12) for servers in (1, 2)}
+    tier = "one PostgreSQL, PgBouncer"
+    results = {(tier, servers): measure(servers, servers * 10**12) for servers in (1, 2)}
+    database = FailoverDatabase().start()
+    try:
+        manage("migrate", "--no-input", env={**os.environ, **ENV, "DATABASE_URL": database.url})
+        tier = "primary and synchronous standby"
+        results |= {(tier, servers): measure(servers, servers * 10**12, database) for servers in (1, 2)}
+    finally:
+        database.stop()
     print(f"wrk -t2 -c{CONNECTIONS} -d{SECONDS}s, median of {ROUNDS} rounds; {os.cpu_count()} cores")  # noqa: T201
-    print("| app servers | creates/s | p50 | p99 | non-2xx or socket errors |")  # noqa: T201
-    print("|---|---|---|---|---|")  # noqa: T201
-    for servers, result in results.items():
+    print("| database | app servers | creates/s | p50 | p99 | non-2xx or socket errors |")  # noqa: T201
+    print("|---|---|---|---|---|---|")  # noqa: T201
+    for (tier, servers), result in results.items():
         print(  # noqa: T201
-            f"| {servers} | {result['creates/s']:.0f} | {result['p50 ms']:.1f} ms | {result['p99 ms']:.1f} ms "
-            f"| {result['errors']} |"
+            f"| {tier} | {servers} | {result['creates/s']:.0f} | {result['p50 ms']:.1f} ms "
+            f"| {result['p99 ms']:.1f} ms | {result['errors']} |"
         )
 
 

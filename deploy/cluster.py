@@ -1,4 +1,4 @@
-"""`make cluster`'s topology: the front (nginx), HAProxy in front of N production units, PgBouncer, Redis.
+"""`make cluster`'s topology: the front (nginx), HAProxy in front of N production units, Redis, the database.
 
 Each server reads its config from deploy/cluster/ (templates whose $NAMEs are filled in here).
 scripts/cluster runs it until stopped; the tests and `make bench-cluster` start the same classes.
@@ -226,25 +226,34 @@ class Front:
 
 class Cluster:
     """The front (nginx) on `port`, HAProxy behind it in front of `app_servers` production units
-    (each nginx and the app server, as if on its own host), PgBouncer pooling by transaction in front of the PostgreSQL of
-    `settings_dict`, and Redis for the rate-limit counters they share."""
+    (each nginx and the app server, as if on its own host), and Redis for the rate-limit counters they
+    share. The database: `database_url` as it is (one that follows the primary, such as
+    deploy/database.py's FailoverDatabase's, or a managed PostgreSQL's), or, with `settings_dict`
+    instead, PgBouncer pooling by transaction in front of that one PostgreSQL."""
 
     def __init__(
         self,
-        settings_dict: dict,
+        settings_dict: dict | None,
         work_dir: Path,
         port: int | None = None,
         app_servers: int = 2,
         supervised: bool = False,
+        database_url: str | None = None,
         **env: str,
     ):
         self.work_dir = work_dir
         self.redis = Redis()
-        self.pgbouncer = PgBouncer(settings_dict)
+        # PgBouncer 1.18 cannot follow a primary (it has no target_session_attrs): in front of a
+        # failover pair, the app servers connect by the URL that follows it.
+        self.pgbouncer = PgBouncer(settings_dict) if database_url is None else None
+        if self.pgbouncer:
+            # PgBouncer 1.18 in transaction mode keeps no prepared statements.
+            database_env = {"DATABASE_URL": self.pgbouncer.url, "DJANGO_DB_PREPARED_STATEMENTS": "0"}
+        else:
+            database_env = {"DATABASE_URL": database_url}
         self.env = {
             **os.environ,
-            "DATABASE_URL": self.pgbouncer.url,
-            "DJANGO_DB_PREPARED_STATEMENTS": "0",  # PgBouncer 1.18 in transaction mode
+            **database_env,
             "REDIS_URL": self.redis.url,
             # The front names the client in X-Forwarded-For and HAProxy adds the front's address; each
             # unit's nginx believes only those two, which connect from BALANCER_ADDRESS.
@@ -268,7 +277,8 @@ class Cluster:
     def start(self) -> "Cluster":
         try:
             self.redis.start()
-            self.pgbouncer.start()
+            if self.pgbouncer:
+                self.pgbouncer.start()
             for unit in self.units:  # launched from this thread (see die_with_parent), then waited for
                 unit.launch()
             for unit in self.units:
@@ -296,4 +306,5 @@ class Cluster:
 
     def stop(self) -> None:
         for server in [self.front, self.haproxy, *self.units, self.pgbouncer, self.redis]:
-            server.stop()
+            if server:
+                server.stop()

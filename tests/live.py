@@ -58,13 +58,25 @@ def create_many(url: str, token: str, ids, name: str, threads: int = 8) -> list[
 
 
 class Load:
-    """Clients creating unique plants (ids 1, 2, …) until stopped or `limit`, each waiting `pause`
-    seconds between its requests, each waiting up to `timeout` seconds for its answer; remembers every answer."""
+    """Clients creating unique plants (ids `first_id`, the next, …) until stopped or `limit` of them,
+    each waiting `pause` seconds between its requests, each waiting up to `timeout` seconds for its
+    answer; remembers every answer. With `retry`, a client sends a create answered 503 (or not
+    answered) again, as the README advises, `pause` (at least 0.1 s) later, until it is answered
+    otherwise or the load stops."""
 
     def __init__(
-        self, url: str, token: str, clients: int = 6, limit: int = 100_000, pause: float = 0, timeout: float = 10
+        self,
+        url: str,
+        token: str,
+        clients: int = 6,
+        limit: int = 100_000,
+        pause: float = 0,
+        timeout: float = 10,
+        retry: bool = False,
+        first_id: int = 1,
     ):
         self.url, self.token, self.limit, self.pause, self.timeout = url, token, limit, pause, timeout
+        self.retry, self.first_id = retry, first_id
         # (id, status, content type, text, when the request was sent)
         self.answers: list[tuple[int, int | None, str, str, float]] = []
         self.stopped = threading.Event()
@@ -75,19 +87,24 @@ class Load:
     def take_id(self) -> int | None:
         with self.lock:
             self.next_id += 1
-            return self.next_id if self.next_id <= self.limit else None
+            return self.first_id - 1 + self.next_id if self.next_id <= self.limit else None
 
     def run(self):
         while not self.stopped.is_set() and (plant_id := self.take_id()) is not None:
-            sent = time.monotonic()
-            status, headers, text = request(
-                self.url, {"id": plant_id, "name": f"load-{plant_id}"}, self.token, timeout=self.timeout
-            )
-            content_type = headers.get("Content-Type", "") if headers else ""
-            with self.lock:
-                self.answers.append((plant_id, status, content_type, text, sent))
+            while self.create(plant_id) in (503, None) and self.retry and not self.stopped.wait(max(self.pause, 0.1)):
+                pass
             if self.pause:
                 self.stopped.wait(self.pause)
+
+    def create(self, plant_id: int) -> int | None:
+        sent = time.monotonic()
+        status, headers, text = request(
+            self.url, {"id": plant_id, "name": f"load-{plant_id}"}, self.token, timeout=self.timeout
+        )
+        content_type = headers.get("Content-Type", "") if headers else ""
+        with self.lock:
+            self.answers.append((plant_id, status, content_type, text, sent))
+        return status
 
     def __enter__(self):
         for thread in self.threads:
@@ -143,9 +160,10 @@ def live_unit(log_dir: Path, **env: str) -> Unit:
     return Unit(f"127.0.0.1:{port}", live_env(**env), log=log_dir / f"unit-{port}.log", name=f"unit-{port}")
 
 
-def live_cluster(settings_dict: dict, work_dir: Path, **env: str) -> Cluster:
-    """make cluster's topology (deploy/cluster.py) on the database of `settings_dict`, with LIVE_SETTINGS."""
-    return Cluster(settings_dict, work_dir, **{**LIVE_SETTINGS, **env})
+def live_cluster(settings_dict: dict | None, work_dir: Path, database_url: str | None = None, **env: str) -> Cluster:
+    """make cluster's topology (deploy/cluster.py) with LIVE_SETTINGS, on `database_url` (such as a
+    FailoverDatabase's), or else through PgBouncer on the one database of `settings_dict`."""
+    return Cluster(settings_dict, work_dir, database_url=database_url, **{**LIVE_SETTINGS, **env})
 
 
 class LivePrometheus:

@@ -1,0 +1,233 @@
+"""`make cluster`'s database tier: a PostgreSQL primary and a synchronous standby, failed over by pg_auto_failover.
+
+pg_auto_failover's monitor (a PostgreSQL of its own) health-checks each data node; each data node is
+`pg_autoctl run` (the keeper) with its PostgreSQL as a child, its own process group, as if on its own
+host. The app servers reach the primary by one libpq connection string naming every node with
+`target_session_attrs=read-write`: libpq tries the nodes in turn and keeps the one that takes writes.
+Servers run as `postgres` when started as root (initdb and pg_autoctl refuse root), on loopback ports.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+
+from deploy.cluster import DEPLOY, as_unprivileged_user
+from deploy.processes import die_with_parent, free_port, render, stop_process, wait_until
+
+PRIMARY_STATES = {"single", "wait_primary", "primary"}
+
+
+def postgresql_bin() -> Path:
+    """The newest installed PostgreSQL server's programs (Debian: /usr/lib/postgresql/NN/bin)."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"), key=lambda path: int(path.parent.parent.name))
+    if not found:
+        raise RuntimeError("no PostgreSQL server is installed (Debian package postgresql)")
+    return found[-1].parent
+
+
+def pg_autoctl() -> str:
+    binary = shutil.which("pg_autoctl")
+    if binary is None:
+        major = postgresql_bin().parent.name
+        raise RuntimeError(
+            f"pg_autoctl is not installed (Debian packages pg-auto-failover-cli postgresql-{major}-auto-failover)"
+        )
+    return binary
+
+
+class DataNode:
+    """One node (a data node, or the monitor): `pg_autoctl run` and its PostgreSQL, in one process group."""
+
+    def __init__(self, formation: "FailoverDatabase", name: str):
+        self.formation = formation
+        self.name = name
+        self.port = free_port()
+        self.pgdata = formation.work_dir / self.name
+        self.log_path = formation.work_dir / f"{self.name}.log"
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}/{formation.database}"
+        self.process: subprocess.Popen | None = None
+
+    def create(self) -> None:
+        """Register with the monitor and keep running: the first node becomes the primary, the
+        others take a base backup of it and follow."""
+        self.launch(
+            "create", "postgres", "--pgctl", str(self.formation.bin / "pg_ctl"), "--pgdata", str(self.pgdata),
+            "--pgport", str(self.port), "--listen", "127.0.0.1", "--hostname", "127.0.0.1", "--name", self.name,
+            "--auth", "trust", "--no-ssl", "--dbname", self.formation.database,
+            "--monitor", self.formation.monitor_url, "--run",
+        )  # fmt: skip
+
+    def start(self) -> None:
+        """Start again after stop() or kill(): the node rejoins, as a standby if another was promoted."""
+        self.launch("run", "--pgdata", str(self.pgdata))
+
+    def launch(self, *arguments: str) -> None:
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [pg_autoctl(), *arguments],
+                cwd=self.formation.work_dir,
+                env=self.formation.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                process_group=0,
+                preexec_fn=die_with_parent if self.formation.supervised else None,
+                **as_unprivileged_user(),
+            )
+
+    def kill(self) -> None:
+        """The host is lost: SIGKILL the keeper and its PostgreSQL together (killing PostgreSQL alone,
+        the keeper would restart it on the same node instead of failing over)."""
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def stop(self) -> None:
+        stop_process(self.process, timeout=30)  # the keeper stops its PostgreSQL (fast shutdown)
+        if self.process:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)  # anything it left in its group
+            except ProcessLookupError:
+                pass
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+class FailoverDatabase:
+    """pg_auto_failover's monitor and `nodes` data nodes (a primary and synchronous standbys) on
+    loopback ports, their data in a throwaway folder. `url` follows the primary:
+    postgres://postgres@/plantstore?host=127.0.0.1,127.0.0.1&port=5433,5434&target_session_attrs=read-write"""
+
+    def __init__(self, nodes: int = 2, database: str = "plantstore", supervised: bool = False):
+        self.bin = postgresql_bin()
+        self.database = database
+        self.supervised = supervised
+        self.work_dir = Path(tempfile.mkdtemp(prefix="plantstore-failover."))
+        self.work_dir.chmod(0o755)
+        if os.geteuid() == 0:
+            shutil.chown(self.work_dir, "postgres", "postgres")
+        # pg_autoctl keeps its configuration and state under the XDG folders: this formation's own.
+        self.env = {
+            **os.environ,
+            "XDG_CONFIG_HOME": str(self.work_dir / "config"),
+            "XDG_DATA_HOME": str(self.work_dir / "share"),
+            "XDG_RUNTIME_DIR": str(self.work_dir / "run"),
+            "PG_CONFIG": str(self.bin / "pg_config"),
+            "PATH": f"{self.bin}:{os.environ.get('PATH', '')}",
+        }
+        self.monitor = DataNode(self, "monitor")
+        self.monitor_url = f"postgres://autoctl_node@127.0.0.1:{self.monitor.port}/pg_auto_failover?sslmode=disable"
+        self.nodes = [DataNode(self, f"node{number}") for number in range(1, nodes + 1)]
+        hosts = ",".join("127.0.0.1" for _ in self.nodes)
+        ports = ",".join(str(node.port) for node in self.nodes)
+        # libpq's URI form with the hosts as parameters, which dj_database_url also reads (its
+        # OPTIONS reach libpq as they are). connect_timeout: a lost host is skipped after 2 s.
+        self.url = (
+            f"postgres://postgres@/{database}?host={hosts}&port={ports}"
+            "&target_session_attrs=read-write&connect_timeout=2"
+        )
+
+    def start(self) -> "FailoverDatabase":
+        try:
+            self.start_monitor()
+            self.initdb(self.nodes[0])
+            self.nodes[0].create()
+            wait_until(lambda: self.states().get("node1") == ("single", "single"), None, 60, "the first node")
+            # A standby's base backup starts with a checkpoint: have it find little to write.
+            self.execute(self.nodes[0], "CHECKPOINT")
+            for node in self.nodes[1:]:
+                node.create()
+            self.wait_until_healthy(timeout=120)
+        except BaseException as error:
+            logs = "\n".join(f"--- {node.name}\n{node.log()[-3000:]}" for node in [self.monitor, *self.nodes])
+            self.stop()
+            if isinstance(error, RuntimeError):
+                raise RuntimeError(f"{error}\n{logs}") from None
+            raise
+        return self
+
+    def start_monitor(self) -> None:
+        command = [pg_autoctl(), "create", "monitor", "--pgctl", str(self.bin / "pg_ctl")]
+        command += ["--pgdata", str(self.monitor.pgdata), "--pgport", str(self.monitor.port)]
+        command += ["--hostname", "127.0.0.1", "--auth", "trust", "--no-ssl"]
+        self.run(command)
+        # After pg_autoctl's own include, so that its timers and its listen address win.
+        with (self.monitor.pgdata / "postgresql.conf").open("a") as conf:
+            conf.write("\n" + (DEPLOY / "failover-monitor.conf").read_text())
+        self.monitor.start()
+        wait_until(self.monitor_answers, self.monitor.process, 30, "the pg_auto_failover monitor")
+
+    def initdb(self, node: DataNode) -> None:
+        """The first node's data folder, with deploy/cluster/failover-node.conf (the standbys copy it)."""
+        self.run([str(self.bin / "initdb"), "-D", str(node.pgdata), "-U", "postgres", "--auth=trust", "-E", "UTF8"])
+        node_conf = render(
+            DEPLOY / "failover-node.conf", self.work_dir / "failover-node.conf", MAX_CONNECTIONS="200", FSYNC="off"
+        )
+        with (node.pgdata / "postgresql.conf").open("a") as conf:
+            conf.write("\n" + node_conf.read_text())
+
+    def run(self, command: list[str]) -> None:
+        done = subprocess.run(command, env=self.env, cwd=self.work_dir, capture_output=True, **as_unprivileged_user())
+        if done.returncode:
+            raise RuntimeError(f"{command[:3]} failed: {done.stdout.decode()}{done.stderr.decode()}")
+
+    def monitor_answers(self) -> bool:
+        try:
+            self.states()
+            return True
+        except psycopg.Error:
+            return False
+
+    def states(self) -> dict[str, tuple[str, str]]:
+        """Each data node's (reported, assigned) state, as the monitor holds them."""
+        query = "SELECT nodename, reportedstate, goalstate FROM pgautofailover.node"
+        with psycopg.connect(self.monitor_url, connect_timeout=2, autocommit=True) as conn:
+            return {name: (reported, goal) for name, reported, goal in conn.execute(query)}
+
+    def healthy(self) -> bool:
+        """One primary with a synchronous standby (the monitor's `primary`), every other a `secondary`."""
+        try:
+            states = self.states()
+        except psycopg.Error:
+            return False
+        wanted = sorted(["primary"] + ["secondary"] * (len(self.nodes) - 1))
+        settled = all(reported == goal for reported, goal in states.values())
+        return len(states) == len(self.nodes) and settled and sorted(goal for _, goal in states.values()) == wanted
+
+    def wait_until_healthy(self, timeout: float = 60) -> None:
+        wait_until(self.healthy, None, timeout, "the database's primary and standby")
+
+    def primary(self) -> DataNode:
+        """The node the monitor has made primary (or is making primary)."""
+        states = self.states()
+        return next(node for node in self.nodes if states.get(node.name, ("", ""))[1] in PRIMARY_STATES)
+
+    def standbys(self) -> list[DataNode]:
+        primary = self.primary()
+        return [node for node in self.nodes if node is not primary]
+
+    def switchover(self) -> None:
+        """A planned switchover (pg_autoctl perform switchover): the standby becomes the primary and
+        the primary its standby; returns once done."""
+        self.run([pg_autoctl(), "perform", "switchover", "--monitor", self.monitor_url, "--wait", "60"])
+
+    @staticmethod
+    def execute(node: DataNode, sql: str) -> list[tuple]:
+        with psycopg.connect(node.url, connect_timeout=2, autocommit=True) as conn:
+            cursor = conn.execute(sql)
+            return cursor.fetchall() if cursor.description else []
+
+    def stop(self) -> None:
+        for node in [*self.nodes, self.monitor]:
+            node.stop()
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+        deadline = time.monotonic() + 5  # a PostgreSQL of this formation still exiting keeps its files
+        while self.work_dir.exists() and time.monotonic() < deadline:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
+            time.sleep(0.1)

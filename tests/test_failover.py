@@ -1,0 +1,258 @@
+"""The database survives the loss of its primary: make cluster's tier (deploy/database.py) under load.
+
+One formation (pg_auto_failover's monitor, a primary and a synchronous standby) and one cluster in
+front of it for the module; each test issues its own token, creates its own range of ids (nothing
+is emptied between tests), and starts with the formation healthy.
+Stored rows are read from the primary (or a standby) directly. tests/test_cluster.py's cases that
+depend on the database (one winner of a duplicate race, a revoke seen from the next request) run
+here too, on this tier.
+"""
+
+import json
+import logging
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+import redis
+
+from deploy.database import PRIMARY_STATES, DataNode, FailoverDatabase
+from deploy.processes import ROOT, wait_until
+from tests.live import LIVE_SETTINGS, Load, live_cluster, live_env, request
+
+pytestmark = [pytest.mark.postgres, pytest.mark.live]
+
+# Measured here (README, "Scaling out"): creates answer 200 again about 7 s after the primary's host
+# is lost (monitor: 2 s to declare it down, 3 s for it to demote, then the promotion; HAProxy: 2
+# health checks to put the app servers back). The bound tested:
+FAILOVER_SECONDS = 15
+# A switchover fails the creates of the moment neither node takes writes, each retried to a 200:
+# measured, 33 to 52 requests over 1.2 to 1.4 s (4 clients retrying every 0.1 s), once 273 over 7.1 s
+# at a load average of 15. The bound tested: every failed request sent within 10 s of its start, so
+# at most 4 clients × 10 s / 0.1 s of them.
+SWITCHOVER_SECONDS = 10
+SWITCHOVER_FAILED_REQUESTS = 4 * SWITCHOVER_SECONDS * 10
+UNAVAILABLE = [
+    {"error": 50300, "message": "The service cannot reach its database; retry later."},
+    {"error": 50300, "message": "No app server could answer; retry later."},
+]
+log = logging.getLogger(__name__)  # the times measured: pytest --log-cli-level=INFO
+REVOKED = {"error": 40101, "message": "The token has been revoked."}
+
+
+@pytest.fixture(scope="module")
+def database():
+    formation = FailoverDatabase().start()
+    yield formation
+    formation.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster(database, tmp_path_factory):
+    env = {**LIVE_SETTINGS, "PLANTS_THROTTLE_RATE": "100000/hour"}
+    manage(database, "migrate", "--no-input", "-v", "0")
+    live = live_cluster(None, tmp_path_factory.mktemp("failover"), database_url=database.url, **env).start()
+    yield live
+    live.stop()
+
+
+@pytest.fixture
+def healthy(database):
+    """The formation as each test expects it: every node running, one primary, one standby."""
+    for node in database.nodes:
+        if node.process.poll() is not None:
+            node.start()
+    database.wait_until_healthy(timeout=60)
+    return database
+
+
+def manage(database: FailoverDatabase, *args: str) -> str:
+    command = [sys.executable, "manage.py", *args]
+    env = live_env(DATABASE_URL=database.url)
+    return subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def issue_token(database: FailoverDatabase, name: str) -> str:
+    return manage(database, "token", "issue", name).strip()
+
+
+def stored_ids(node: DataNode) -> set[int]:
+    return {plant_id for (plant_id,) in FailoverDatabase.execute(node, "SELECT id FROM plants_plant")}
+
+
+def wait_for_promotion(database: FailoverDatabase, lost: DataNode) -> DataNode:
+    """The standby the monitor promoted in place of `lost`, once it takes writes."""
+
+    def promoted() -> bool:
+        try:
+            states = database.states()
+            return any(states[node.name][0] in PRIMARY_STATES for node in database.nodes if node is not lost)
+        except (psycopg.Error, KeyError):
+            return False
+
+    wait_until(promoted, None, 60, "the standby's promotion")
+    return database.primary()
+
+
+def assert_only_created_or_unavailable(load: Load) -> None:
+    """Every answer came before the client's timeout, and is a 200 or a 503 Error body."""
+    for _, status, content_type, text, _sent in load.answers:
+        if status != 200:
+            assert (status, content_type, json.loads(text) in UNAVAILABLE) == (503, "application/json", True), text
+
+
+def test_multi_host_database_url_reaches_libpq_as_lists_with_target_session_attrs():
+    # The URL form deploy/database.py gives the app servers: dj_database_url passes its query to
+    # OPTIONS, and Django's backend passes OPTIONS to psycopg (and libpq) as they are.
+    url = "postgres://plantstore@/plantstore?host=10.0.0.1,10.0.0.2&port=5432,5433&target_session_attrs=read-write"
+    show = "from django.db import connection; import json; print(json.dumps(connection.get_connection_params(), default=str))"
+    env = {**live_env(DATABASE_URL=url), "DJANGO_DEBUG": "1"}
+    command = [sys.executable, "manage.py", "shell", "-c", show]
+    output = subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
+    params = json.loads(output.splitlines()[-1])  # after the shell's own line on what it imported
+
+    assert {name: params.get(name) for name in ("host", "port", "target_session_attrs", "dbname", "user")} == {
+        "host": "10.0.0.1,10.0.0.2",
+        "port": "5432,5433",
+        "target_session_attrs": "read-write",
+        "dbname": "plantstore",
+        "user": "plantstore",
+    }
+
+
+def test_primary_waits_for_its_named_synchronous_standby(healthy):
+    primary, (standby,) = healthy.primary(), healthy.standbys()
+    standby_name = f"pgautofailover_standby_{standby.name.removeprefix('node')}"
+
+    (synchronous_commit,), (standby_names,) = [
+        FailoverDatabase.execute(primary, f"SHOW {name}")[0]
+        for name in ("synchronous_commit", "synchronous_standby_names")
+    ]
+    replication = FailoverDatabase.execute(primary, "SELECT application_name, sync_state FROM pg_stat_replication")
+
+    assert synchronous_commit == "on"
+    assert standby_names == f"ANY 1 ({standby_name})"
+    assert replication == [(standby_name, "quorum")]  # ANY 1 of one standby: it confirms every commit
+
+
+def test_duplicate_race_across_servers_has_one_winner_on_the_primary(healthy, cluster):
+    token = issue_token(healthy, "race-client")
+
+    def create(number: int):
+        return request(f"{cluster.url}/plants", {"id": 7, "name": f"Rose {number}"}, token)
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        answers = [(status, json.loads(text)) for status, _, text in pool.map(create, range(16))]
+
+    winners = [body for status, body in answers if status == 200]
+    duplicate = {"error": 40003, "message": "A plant with id 7 already exists with a different name or tag."}
+    assert len(winners) == 1 and [answer for answer in answers if answer[0] != 200] == [(400, duplicate)] * 15
+    assert FailoverDatabase.execute(healthy.primary(), "SELECT name FROM plants_plant WHERE id = 7") == [
+        (winners[0]["name"],)
+    ]
+
+
+def test_token_revoked_is_refused_by_every_server_from_the_next_request(healthy, cluster):
+    token = issue_token(healthy, "revoke-next-client")
+    urls = [unit.url for unit in cluster.units] + [cluster.url]
+    before = [request(f"{url}/plants", {"id": 40_000 + n, "name": "Rose"}, token)[0] for n, url in enumerate(urls)]
+
+    manage(healthy, "token", "revoke", "revoke-next-client")
+    after = [request(f"{url}/plants", {"id": 40_010 + n, "name": "Rose"}, token) for n, url in enumerate(urls * 2)]
+
+    assert before == [200, 200, 200]
+    assert [(status, json.loads(text)) for status, _, text in after] == [(401, REVOKED)] * 6
+
+
+def test_primary_host_lost_under_load_fails_over_with_503s_only_and_keeps_every_acknowledged_create(healthy, cluster):
+    token = issue_token(healthy, "failover-client")
+    old_primary = healthy.primary()
+    with Load(f"{cluster.url}/plants", token, clients=4, retry=True, first_id=100_000) as load:
+        load.wait_for(40)
+        old_primary.kill()
+        killed_at = time.monotonic()
+        new_primary = wait_for_promotion(healthy, old_primary)
+        promoted_after = time.monotonic() - killed_at
+        time.sleep(max(0.0, killed_at + FAILOVER_SECONDS + 3 - time.monotonic()))
+
+    during = [answer for answer in load.answers if answer[4] > killed_at]
+    failed = [sent - killed_at for _, status, _, _, sent in during if status != 200]
+    log.info(
+        "promoted after %.1f s; %d failed requests, the last sent %.1f s after the kill",
+        *(promoted_after, len(failed), max(failed, default=0)),
+    )
+    assert_only_created_or_unavailable(load)
+    assert failed and max(failed) < FAILOVER_SECONDS
+    late = [status for _, status, _, _, sent in during if sent > killed_at + FAILOVER_SECONDS]
+    assert len(late) >= 20 and set(late) == {200}
+    acknowledged = load.ids_with(200)
+    assert new_primary is not old_primary and acknowledged <= stored_ids(new_primary)
+
+    old_primary.start()  # the lost host is back: it rejoins as the new primary's standby
+    healthy.wait_until_healthy(timeout=60)
+    assert healthy.states()[old_primary.name] == ("secondary", "secondary")
+    wait_until(lambda: acknowledged <= stored_ids(old_primary), None, 10, "the rejoined standby's copy")
+
+
+def test_switchover_under_load_loses_no_acknowledged_create_and_fails_few_requests(healthy, cluster):
+    token = issue_token(healthy, "switchover-client")
+    old_primary = healthy.primary()
+    with Load(f"{cluster.url}/plants", token, clients=4, retry=True, first_id=200_000) as load:
+        load.wait_for(40)
+        started = time.monotonic()
+        healthy.switchover()
+        switched_after = time.monotonic() - started
+        time.sleep(max(0.0, started + SWITCHOVER_SECONDS + 2 - time.monotonic()))
+
+    failed = [sent - started for _, status, _, _, sent in load.answers if status != 200]
+    log.info(
+        "switchover took %.1f s; %d failed requests of %d, sent from %.1f s to %.1f s after its start",
+        *(switched_after, len(failed), len(load.answers), min(failed, default=0), max(failed, default=0)),
+    )
+    assert_only_created_or_unavailable(load)
+    assert len(failed) <= SWITCHOVER_FAILED_REQUESTS and max(failed, default=0) < SWITCHOVER_SECONDS
+    late = [status for _, status, _, _, sent in load.answers if sent > started + SWITCHOVER_SECONDS]
+    assert len(late) >= 20 and set(late) == {200}
+    new_primary = healthy.primary()
+    assert new_primary is not old_primary and healthy.states()[old_primary.name][1] == "secondary"
+    assert load.ids_with(200) <= stored_ids(new_primary)
+
+
+def test_token_revoked_just_before_a_failover_is_refused_after_it_and_rate_counts_carry_over(healthy, cluster):
+    revoked, kept, probe = (issue_token(healthy, name) for name in ("revoked-client", "kept-client", "probe-client"))
+    counters = redis.Redis.from_url(cluster.redis.url)
+
+    def counts() -> dict[bytes, int]:
+        return {key: int(counters.get(key)) for key in counters.scan_iter("plants:rate:*")}
+
+    def create(plant_id: int, token: str) -> int:
+        return request(f"{cluster.url}/plants", {"id": plant_id, "name": "Rose"}, token)[0]
+
+    seconds_into_hour = time.time() % 3600
+    if seconds_into_hour > 3600 - 60:  # keep the counts inside one fixed window
+        time.sleep(3600 - seconds_into_hour + 1)
+    before = counts()
+    created_before = [create(10_000 + n, kept) for n in range(3)]
+    counted = counts()
+    (kept_key,) = [key for key, count in counted.items() if count - before.get(key, 0) == 3]
+    manage(healthy, "token", "revoke", "revoked-client")
+    old_primary = healthy.primary()
+    old_primary.kill()
+    wait_for_promotion(healthy, old_primary)
+    # A third token's creates (retried, as a client would) find when the new primary answers.
+    probe_ids = iter(range(30_000, 31_000))
+    wait_until(lambda: create(next(probe_ids), probe) == 200, None, FAILOVER_SECONDS, "a create after the failover")
+    counted_after = counts()
+    created_after = create(10_003, kept)
+    urls = [unit.url for unit in cluster.units] + [cluster.url]
+    refused = [request(f"{url}/plants", {"id": 20_000 + n, "name": "Rose"}, revoked) for n, url in enumerate(urls)]
+
+    assert created_before == [200, 200, 200] and created_after == 200
+    assert [(status, json.loads(text)) for status, _, text in refused] == [(401, REVOKED)] * 3
+    assert not {20_000, 20_001, 20_002} & stored_ids(healthy.primary())
+    # Redis is no part of the failover: every count is where it was, and the next create adds one.
+    assert {key: counted_after[key] for key in counted} == counted
+    assert counts()[kept_key] == counted[kept_key] + 1
