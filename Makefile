@@ -55,7 +55,7 @@ test-newest: ## DEBIAN13_TARGETS (test-postgres) in a Debian 13 root (Python 3.1
 	scripts/debian-packages debootstrap
 	DEBIAN13_ROOT=$(DEBIAN13_ROOT) scripts/debian13 env COVERAGE_FILE=/tmp/plantstore.coverage \
 		make VENV=/opt/plantstore/$(basename $(notdir $(DEBIAN13_RUNTIME))) RUNTIME_REQUIREMENTS=$(DEBIAN13_RUNTIME) \
-		PYTEST_ARGS='$(PYTEST_ARGS)' $(DEBIAN13_TARGETS)
+		PYTEST_ARGS='$(PYTEST_ARGS)' coverage-erase $(DEBIAN13_TARGETS)
 
 newest-pins: ## rewrite requirements-newest.txt: requirements.txt's packages at their newest release for Python 3.13
 	scripts/newest-pins requirements.txt >requirements-newest.txt.new
