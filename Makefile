@@ -2,6 +2,8 @@
 SHELL := /bin/bash
 VENV ?= .venv
 PYTHON := $(VENV)/bin/python
+# The runtime pins the venv installs: requirements-newest.txt for the newest releases (make test-newest).
+RUNTIME_REQUIREMENTS ?= requirements.txt
 PORT ?= 8000
 PYTEST_ARGS ?=
 # pg_auto_failover for the installed PostgreSQL server's major version (expanded once that is installed).
@@ -10,18 +12,18 @@ FAILOVER_PACKAGES = pg-auto-failover-cli postgresql-$$(ls /usr/lib/postgresql | 
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .DEFAULT_GOAL := help
-.PHONY: help run serve cluster bench bench-levers bench-stack bench-inprocess bench-cluster profile test lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
+.PHONY: help run serve cluster bench bench-levers bench-stack bench-inprocess bench-cluster profile test test-newest newest-pins lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
 
-$(VENV)/.runtime: requirements.txt
+$(VENV)/.runtime: $(RUNTIME_REQUIREMENTS)
 	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r $(RUNTIME_REQUIREMENTS)
 	touch $@
 
-$(VENV)/.dev: requirements.txt requirements-dev.txt | $(VENV)/.runtime
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+$(VENV)/.dev: $(RUNTIME_REQUIREMENTS) requirements-tools.txt | $(VENV)/.runtime
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r $(RUNTIME_REQUIREMENTS) -r requirements-tools.txt
 	touch $@
 
 run: $(VENV)/.runtime ## set up .venv, migrate, and serve on 127.0.0.1:$PORT (default 8000) with SQLite
@@ -47,12 +49,27 @@ cluster: $(VENV)/.runtime ## production's topology on one machine: HAProxy on $P
 
 test: lint test-contract coverage-erase test-sqlite test-postgres coverage ## lint, fuzz the contract, the suite on SQLite and PostgreSQL, coverage
 
+# make test-newest: the suite in a Debian 13 root (scripts/debian13), its venv in the root, not .venv.
+DEBIAN13_ROOT ?= /var/tmp/plantstore-debian13
+DEBIAN13_RUNTIME ?= requirements-newest.txt
+DEBIAN13_TARGETS ?= test-postgres
+
+test-newest: ## DEBIAN13_TARGETS (test-postgres) in a Debian 13 root (Python 3.13, PostgreSQL 17) on DEBIAN13_RUNTIME's pins (the newest releases)
+	scripts/debian-packages debootstrap
+	DEBIAN13_ROOT=$(DEBIAN13_ROOT) scripts/debian13 env COVERAGE_FILE=/tmp/plantstore.coverage \
+		make VENV=/opt/plantstore/$(basename $(notdir $(DEBIAN13_RUNTIME))) RUNTIME_REQUIREMENTS=$(DEBIAN13_RUNTIME) \
+		PYTEST_ARGS='$(PYTEST_ARGS)' coverage-erase $(DEBIAN13_TARGETS)
+
+newest-pins: ## rewrite requirements-newest.txt: requirements.txt's packages at their newest release for Python 3.13
+	scripts/newest-pins requirements.txt >requirements-newest.txt.new
+	mv requirements-newest.txt.new requirements-newest.txt
+
 system-packages: ## install the Debian packages the tests need, if missing (PostgreSQL, pg_auto_failover, PgBouncer, Redis, nginx, HAProxy, Prometheus, Chromium, systemd-analyze, python3-venv)
 	scripts/debian-packages postgresql pgbouncer redis-server nginx haproxy prometheus chromium systemd python3-venv
 	scripts/debian-packages $(FAILOVER_PACKAGES)
 
 lint: $(VENV)/.dev ## the pre-commit hooks on every file (ruff, no keys, no conflict markers), and no model change without a migration
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pre-commit run --all-files --show-diff-on-failure
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/pre-commit run --all-files --show-diff-on-failure
 	DJANGO_DEBUG=1 $(PYTHON) manage.py makemigrations --check --dry-run
 
 format: $(VENV)/.dev ## apply ruff's fixes and formatting
