@@ -31,9 +31,9 @@ FLAMEGRAPH = ROOT / "bench" / "flamegraph.svg"
 # sample the part of its deepest such frame. Library frames below a part (psycopg under the token
 # lookup, say) are that part's cost.
 PARTS = [
-    (r"by_digest \(plants/models", "authentication: token SELECT (ORM cursor, psycopg, round trip)"),
+    (r"token_by_digest \(plants/statements", "authentication: token SELECT (recorded statement, psycopg, round trip)"),
     (r"plants/authentication", "authentication: header, SHA-256, status checks"),
-    (r"plant_create \(plants/services", "the INSERT (ORM create, psycopg, round trip)"),
+    (r"plant_create \(plants/services", "the INSERT (recorded statement, psycopg, round trip)"),
     (r"plants/(throttling|rate_stores)", "throttle (one increment in the rate-limit counters file)"),
     (r"plants/metrics|prometheus_client/", "metrics (RequestMetricsMiddleware, counters)"),
     (r"plants/parsers|Request\._parse|Request\._load_data|Request\.data ", "reading the body, JSON parse"),
@@ -125,6 +125,8 @@ def main() -> None:
             samples, libraries = Counter(), Counter()
             for line in raw.read_text().splitlines():
                 stack, _, count = line.rpartition(" ")
+                if not count.isdigit():  # a frame's text broken over lines (seen once): not a sample line
+                    continue
                 samples[part_of(stack.split(";"))] += int(count)
                 libraries[library_of(stack.split(";"))] += int(count)
             if keep := os.environ.get("PROFILE_RAW"):  # py-spy's collapsed stacks, for a closer look
