@@ -78,27 +78,25 @@ def test_unknown_digest_reads_no_token(db):
     assert token_by_digest(token_digest("plnt_unknown")) is None
 
 
-def test_insert_whose_parameters_are_not_the_fields_values_in_order_is_refused_at_once(monkeypatch):
-    def record_reordered(execute, sql, params, many, context):  # as a Django that sent them otherwise
-        raise statements.Recorded(sql, list(reversed(params)))
+@pytest.mark.parametrize(
+    ("recording", "as_sent", "refusal"),
+    [
+        # As a Django that sent a plant's values in another order, or the token read with more parameters.
+        ("recorded_insert", lambda params: list(reversed(params)), "no longer takes the fields' values in field order"),
+        ("recorded_token_select", lambda params: [*params, 21], "no longer takes the digest as its one parameter"),
+    ],
+)
+def test_a_recording_whose_parameters_are_not_what_it_expects_is_refused_at_once(
+    monkeypatch, recording, as_sent, refusal
+):
+    def record_otherwise(execute, sql, params, many, context):
+        raise statements.Recorded(sql, as_sent(params))
 
-    monkeypatch.setattr(statements, "record_only", record_reordered)
-    statements.recorded_insert.cache_clear()
+    monkeypatch.setattr(statements, "record_only", record_otherwise)
+    record = getattr(statements, recording)
+    record.cache_clear()
     try:
-        with pytest.raises(ImproperlyConfigured, match="no longer takes the fields' values in field order"):
-            statements.recorded_insert("default")
+        with pytest.raises(ImproperlyConfigured, match=refusal):
+            record("default")
     finally:
-        statements.recorded_insert.cache_clear()
-
-
-def test_token_select_with_other_parameters_is_refused_at_once(monkeypatch):
-    def record_more(execute, sql, params, many, context):
-        raise statements.Recorded(sql, [*params, 21])
-
-    monkeypatch.setattr(statements, "record_only", record_more)
-    statements.recorded_token_select.cache_clear()
-    try:
-        with pytest.raises(ImproperlyConfigured, match="no longer takes the digest as its one parameter"):
-            statements.recorded_token_select("default")
-    finally:
-        statements.recorded_token_select.cache_clear()
+        record.cache_clear()
