@@ -73,7 +73,7 @@ def shared_bound_fields(serializer_class: type[serializers.Serializer]) -> dict:
     """The seam: the class's fields, bound by DRF once per class instead of once per instance.
 
     DRF's `Serializer.fields` deep-copies and binds every declared field for each instance, so that
-    an instance may change its own; that was a tenth of a create's CPU (BENCHMARKS.md, issue 25).
+    an instance may change its own; that was 15% of a create's CPU on the production path (BENCHMARKS.md, issue 25).
     Ours never change them, and validating only reads a field, so every instance and thread shares
     the fields DRF binds for one instance of the class (DRF's own `fields`, reached through
     `super()`). Its price: each field's `parent` is that instance, so no field may read the
