@@ -5,7 +5,7 @@ from enum import IntEnum
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import DatabaseError, InterfaceError, OperationalError
+from django.db import DatabaseError, InterfaceError, InternalError, OperationalError, connection
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.serializers import as_serializer_error
@@ -13,6 +13,9 @@ from rest_framework.serializers import as_serializer_error
 from plants import metrics
 
 logger = logging.getLogger(__name__)
+
+# PostgreSQL's read_only_sql_transaction: this server takes no writes (a standby, or a demoted primary).
+READ_ONLY_SQLSTATE = "25006"
 
 
 class ErrorCode(IntEnum):
@@ -170,11 +173,21 @@ def _as_drf_exception(exc: Exception) -> Exception:
         return exceptions.NotFound()
     if isinstance(exc, DjangoPermissionDenied):
         return exceptions.PermissionDenied()
-    if isinstance(exc, (OperationalError, InterfaceError)):
+    if isinstance(exc, (OperationalError, InterfaceError)) or is_read_only_server(exc):
         logger.error("database unavailable: %s", exc.__class__.__name__, exc_info=exc)
         metrics.DATABASE_ERROR["unavailable"].inc()
         return DatabaseUnavailable()
     return exc
+
+
+def is_read_only_server(exc: Exception) -> bool:
+    """A write refused because the server no longer takes writes (SQLSTATE 25006): a primary demoted by
+    a failover that left its connections open, as some managed services do. The connection is closed,
+    so the next request connects anew (libpq's target_session_attrs=read-write finds the new primary)."""
+    if isinstance(exc, InternalError) and getattr(exc.__cause__, "sqlstate", None) == READ_ONLY_SQLSTATE:
+        connection.close()
+        return True
+    return False
 
 
 def _validation_body(detail) -> dict:

@@ -258,3 +258,22 @@ def test_django_exception_raised_in_an_api_view_answers_its_error_body(api_clien
     response = api_client.post(f"/test/raise/{kind}", {}, format="json")
 
     assert (response.status_code, response["Content-Type"], response.json()) == (status, "application/json", body)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_create_on_a_connection_whose_server_turned_read_only_answers_503_then_reconnects(post_plant):
+    from django.db import connection
+
+    assert post_plant({"id": 1, "name": "Rose"}).status_code == 200
+    # As a primary demoted by a failover that kept its connections open: this session takes no writes.
+    with connection.cursor() as cursor:
+        cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+    session = connection.connection
+
+    refused = post_plant({"id": 2, "name": "Rose"})
+    after = post_plant({"id": 3, "name": "Rose"})
+
+    assert_error(refused, 503, 50300, "The service cannot reach its database; retry later.")
+    assert after.status_code == 200 and connection.connection is not session
+    assert sorted(Plant.objects.values_list("id", flat=True)) == [1, 3]
