@@ -129,7 +129,7 @@ class InstalledService:
     with its file system options, as USER with what setpriv can apply of its hardening, and a
     runtime and state directory of USER's in `work_dir`."""
 
-    def __init__(self, work_dir: Path, venv: Path):
+    def __init__(self, work_dir: Path, venv: Path, install: Path):
         self.user = pwd.getpwnam(USER)
         self.runtime_dir, self.state_dir = work_dir / "run", work_dir / "state"
         for directory in (self.runtime_dir, self.state_dir):
@@ -149,7 +149,7 @@ class InstalledService:
         )
         env_file.chmod(0o600)
         paths = {
-            INSTALL: str(ROOT),
+            INSTALL: str(install),
             VENV: str(venv),
             ENVIRONMENT_FILE: str(env_file),
             RUNTIME_DIRECTORY: str(self.runtime_dir),
@@ -337,16 +337,25 @@ def service(operator_venv):
     # Not in /tmp, which the unit's PrivateTmp= hides, nor in pytest's folder, which USER cannot reach.
     work_dir = Path(tempfile.mkdtemp(prefix="plantstore-systemd.", dir="/run"))
     work_dir.chmod(0o755)
+    # The checkout, read-only, where the unit's sandbox still shows it, as it shows /opt/plantstore: a
+    # checkout in /tmp or a home directory would be hidden by its PrivateTmp= or ProtectHome=.
+    install = work_dir / "opt-plantstore"
+    install.mkdir()
+    subprocess.run(["mount", "--bind", str(ROOT), str(install)], check=True)
     installed_service = None
     try:
-        installed_service = InstalledService(work_dir, operator_venv)
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(install)], check=True)
+        venv = install / operator_venv.relative_to(ROOT) if operator_venv.is_relative_to(ROOT) else operator_venv
+        installed_service = InstalledService(work_dir, venv, install)
         yield installed_service.deploy()
     finally:
         if installed_service and installed_service.process:
             installed_service.stop()
         if installed_service:
             installed_service.notify.close()
-        shutil.rmtree(work_dir, ignore_errors=True)
+        subprocess.run(["umount", str(install)], check=False)
+        if not os.path.ismount(install):  # never remove the checkout through its mount
+            shutil.rmtree(work_dir, ignore_errors=True)
 
 
 @pytest.mark.live
