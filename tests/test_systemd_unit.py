@@ -2,6 +2,7 @@
 line, started with its environment as an unprivileged user, serves with no process as root, reloads
 without a failed request, stops, and counts on from its runtime directory after a restart."""
 
+import hashlib
 import os
 import pwd
 import re
@@ -11,7 +12,6 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -64,8 +64,12 @@ def installed(text: str, paths: dict[str, str]) -> str:
 
 @pytest.fixture(scope="session")
 def operator_venv() -> Path:
-    """/opt/plantstore/.venv as the README makes it, from Debian's python3 (`make <venv>/debian-python/.installed`)."""
-    venv = Path(sys.executable).parent.parent
+    """/opt/plantstore/.venv as the README makes it, from Debian's python3 (`make <venv>/debian-python/.installed`).
+
+    In /opt, one per checkout and kept: its scripts name its python by path (`#!…/bin/python`), so it
+    must be where the unit's sandbox shows it, never in /tmp or a home directory (PrivateTmp=, ProtectHome=).
+    """
+    venv = Path("/opt") / f"plantstore-test-venv-{hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]}"
     target = venv / "debian-python"
     subprocess.run(["make", f"VENV={venv}", f"{target}/.installed"], cwd=ROOT, check=True)  # its output in the report
     return target
@@ -345,8 +349,7 @@ def service(operator_venv):
     installed_service = None
     try:
         subprocess.run(["mount", "-o", "remount,bind,ro", str(install)], check=True)
-        venv = install / operator_venv.relative_to(ROOT) if operator_venv.is_relative_to(ROOT) else operator_venv
-        installed_service = InstalledService(work_dir, venv, install)
+        installed_service = InstalledService(work_dir, operator_venv, install)
         yield installed_service.deploy()
     finally:
         if installed_service and installed_service.process:
