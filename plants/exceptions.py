@@ -173,7 +173,11 @@ def _as_drf_exception(exc: Exception) -> Exception:
         return exceptions.NotFound()
     if isinstance(exc, DjangoPermissionDenied):
         return exceptions.PermissionDenied()
-    if isinstance(exc, (OperationalError, InterfaceError)) or is_read_only_server(exc):
+    read_only = is_read_only_server(exc)
+    if read_only:
+        # The next request connects anew: libpq's target_session_attrs=read-write finds the new primary.
+        connection.close()
+    if read_only or isinstance(exc, (OperationalError, InterfaceError)):
         logger.error("database unavailable: %s", exc.__class__.__name__, exc_info=exc)
         metrics.DATABASE_ERROR["unavailable"].inc()
         return DatabaseUnavailable()
@@ -182,12 +186,8 @@ def _as_drf_exception(exc: Exception) -> Exception:
 
 def is_read_only_server(exc: Exception) -> bool:
     """A write refused because the server no longer takes writes (SQLSTATE 25006): a primary demoted by
-    a failover that left its connections open, as some managed services do. The connection is closed,
-    so the next request connects anew (libpq's target_session_attrs=read-write finds the new primary)."""
-    if isinstance(exc, InternalError) and getattr(exc.__cause__, "sqlstate", None) == READ_ONLY_SQLSTATE:
-        connection.close()
-        return True
-    return False
+    a failover that left its connections open, as some managed services do."""
+    return isinstance(exc, InternalError) and getattr(exc.__cause__, "sqlstate", None) == READ_ONLY_SQLSTATE
 
 
 def _validation_body(detail) -> dict:
