@@ -66,10 +66,12 @@ def installed(text: str, paths: dict[str, str]) -> str:
 def operator_venv() -> Path:
     """/opt/plantstore/.venv as the README makes it, from Debian's python3 (`make <venv>/debian-python/.installed`).
 
-    In /opt, one per checkout and kept: its scripts name its python by path (`#!…/bin/python`), so it
-    must be where the unit's sandbox shows it, never in /tmp or a home directory (PrivateTmp=, ProtectHome=).
+    In /opt, one per requirements.txt and kept: its scripts name its python by path (`#!…/bin/python`),
+    so it must be where the unit's sandbox shows it, never in /tmp or a home directory (PrivateTmp=,
+    ProtectHome=). Every checkout with the same requirements (CI's clones) shares it.
     """
-    venv = Path("/opt") / f"plantstore-test-venv-{hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]}"
+    requirements = hashlib.sha256((ROOT / "requirements.txt").read_bytes()).hexdigest()[:12]
+    venv = Path("/opt") / f"plantstore-test-venv-{requirements}"
     target = venv / "debian-python"
     subprocess.run(["make", f"VENV={venv}", f"{target}/.installed"], cwd=ROOT, check=True)  # its output in the report
     return target
@@ -416,6 +418,11 @@ def test_the_rate_limit_counters_in_its_runtime_directory_survive_a_restart(serv
         status, headers, _ = request(f"{service.url}/plants", {"id": plant_id, "name": "Fern"}, token)
         return status, headers["RateLimit"].split(";")[1]
 
+    # The counts are per day (RATE/day), a window that starts at UTC midnight: a test running across
+    # it would see a new window, so within two minutes of it, the test waits for the new day.
+    seconds_left_today = 86400 - time.time() % 86400
+    if seconds_left_today < 120:
+        time.sleep(seconds_left_today + 1)
     service.start()
     token = service.token()
     before = [create(plant_id, token) for plant_id in (1, 2)]
