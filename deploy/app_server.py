@@ -29,8 +29,15 @@ def setting(env: dict, name: str) -> int:
         raise SystemExit(f"{name} must be a whole number, not {value!r}") from None
 
 
-def uwsgi_command(env: dict, module: str = "plantstore_site.wsgi:application", bin_dir: Path = BIN) -> list[str]:
-    """uWSGI (from the venv `bin_dir`) serving `module` on `{socket}` (filled in by the unit), as production runs it."""
+def uwsgi_command(
+    env: dict,
+    module: str = "plantstore_site.wsgi:application",
+    bin_dir: Path = BIN,
+    processes: int | None = None,
+    threads: int | None = None,
+) -> list[str]:
+    """uWSGI (from the venv `bin_dir`) serving `module` on `{socket}` (filled in by the unit), as production
+    runs it: with APP_PROCESSES × APP_THREADS unless `processes` and `threads` say otherwise."""
     as_root = os.geteuid() == 0
     return [
         str(bin_dir / "uwsgi"),
@@ -45,8 +52,8 @@ def uwsgi_command(env: dict, module: str = "plantstore_site.wsgi:application", b
         # login lockout trusts. As root those workers run as nobody (deploy/nginx.conf).
         "--chmod-socket=600",
         *(["--chown-socket=nobody:nogroup"] if as_root else []),
-        f"--processes={setting(env, 'APP_PROCESSES')}",
-        f"--threads={setting(env, 'APP_THREADS')}",
+        f"--processes={processes or setting(env, 'APP_PROCESSES')}",
+        f"--threads={threads or setting(env, 'APP_THREADS')}",
         "--enable-threads",
         "--single-interpreter",
         "--thunder-lock",  # one worker at a time accepts: no thundering herd
