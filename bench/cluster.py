@@ -2,7 +2,7 @@
 topology: PgBouncer in transaction mode, Redis throttle counters), printed as a Markdown table.
 
 Run under scripts/with-postgres. Each app server is a production unit (deploy/unit.py: nginx, then
-uWSGI with its production settings); wrk runs on the same machine.
+Granian with its production settings); wrk runs on the same machine.
 """
 
 import json
@@ -27,7 +27,6 @@ ENV = {
     "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
     "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
     "PLANTS_THROTTLE_RATE": "100000000/second",  # on, so its Redis round trip is measured
-    "APP_MAX_REQUESTS": "0",
 }
 
 

@@ -1,5 +1,5 @@
 """`make bench-levers`: the service on its production path (`make serve`'s unit: nginx in front of
-uWSGI), one lever of the per-request Python changed per variant, all loaded side by side in rotating
+Granian), one lever of the per-request Python changed per variant, all loaded side by side in rotating
 rounds, as make bench does. The app servers themselves are `make bench-stack`'s.
 
 Each variant is its own unit; its environment differs from the baseline's in the settings its row
@@ -16,7 +16,7 @@ SECONDS = int(os.environ.get("BENCH_SECONDS", 6))
 EXTRAS_OFF = {"PLANTS_THROTTLE_RATE": "", "BENCH_LEVERS": "no-request-log,no-metrics"}
 # name: (what differs from the baseline, environment it adds); every one is behind nginx.
 VARIANTS = {
-    "baseline": ("baseline: `make serve` as configured (uWSGI, 1 process per core × 4 threads)", {}),
+    "baseline": ("baseline: `make serve` as configured (Granian, 1 process per core × 4 threads)", {}),
     # The baseline again, unchanged: how far apart two identical servers measure, the table's noise.
     "baseline-again": ("the baseline again, an identical second server (the noise)", {}),
     "no-prepare": (
