@@ -20,6 +20,11 @@ SETTINGS = {
     "APP_PROCESSES": str(os.cpu_count() or 1),  # worker processes: one per core
     "APP_THREADS": "4",  # threads per process running the app (8 measured better with the database ~5 ms away)
 }
+# Settings the unit gives the app unless its environment says otherwise. The scheme the client used:
+# nginx always sets X-Forwarded-Proto (deploy/nginx.conf: a trusted proxy's, else its own scheme)
+# and only nginx reaches the app's socket, so Django believes it (uWSGI took wsgi.url_scheme from
+# that header itself; Granian says "http", the socket's).
+APP_ENVIRONMENT = {"DJANGO_SECURE_PROXY_SSL_HEADER": "HTTP_X_FORWARDED_PROTO"}
 # How long Granian keeps an idle HTTP/1 connection open between two requests: its header read
 # timeout, which also runs while a kept-alive connection waits for its next request (measured:
 # an idle connection is closed after exactly this long). Above nginx's idle timeout on its upstream

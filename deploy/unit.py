@@ -15,7 +15,7 @@ import signal
 import tempfile
 from pathlib import Path
 
-from deploy.app_server import granian_command
+from deploy.app_server import APP_ENVIRONMENT, granian_command
 from deploy.processes import ROOT, ServerProcess, children, http_status, wait_until
 
 NGINX_TEMPLATE = ROOT / "deploy" / "nginx.conf"
@@ -80,7 +80,7 @@ def http_upstream(keepalive: bool, idle_s: int = UPSTREAM_IDLE_S, read_timeout_s
     def edit(text: str) -> str:
         def upstream_block(match: re.Match) -> str:
             block = re.sub(r"keepalive_timeout \d+s;", f"keepalive_timeout {idle_s}s;", match.group())
-            return block if keepalive else re.sub(r"\n *keepalive(_timeout)? [^;]+;", "", block)
+            return block if keepalive else re.sub(r"\n *keepalive(_timeout|_requests)? [^;]+;", "", block)
 
         text, blocks = re.subn(r"upstream app \{[^}]*keepalive_timeout \d+s;[^}]*\}", upstream_block, text)
         text, timeouts = re.subn(r"proxy_read_timeout \d+s;", f"proxy_read_timeout {read_timeout_s}s;", text)
@@ -144,6 +144,7 @@ class Unit:
         app_env = {
             # One metrics folder per server, inside the unit's folder unless the environment names one.
             "PROMETHEUS_MULTIPROC_DIR": str(self.run_dir / "metrics"),
+            **APP_ENVIRONMENT,
             **self.env,
         }
         empty_metrics_folder(Path(app_env["PROMETHEUS_MULTIPROC_DIR"]))

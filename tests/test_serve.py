@@ -78,6 +78,21 @@ def test_forwarded_proto_is_believed_only_from_a_trusted_proxy(tmp_path):
     assert health[0] == 200
 
 
+def test_only_nginx_s_workers_may_open_the_app_server_s_socket(served):
+    nginx_worker = next(
+        pid for pid in served.descendants() if b"nginx: worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    )
+    uid, gid = (
+        int(line.split()[1])
+        for line in Path(f"/proc/{nginx_worker}/status").read_text().splitlines()
+        if line.startswith(("Uid:", "Gid:"))
+    )
+    socket = unit_folder(served) / "app.sock"
+
+    # (As root nginx's workers are nobody; the app server, root, made the socket: the unit gives it to them.)
+    assert (socket.stat().st_mode & 0o777, socket.stat().st_uid, socket.stat().st_gid) == (0o600, uid, gid)
+
+
 def test_sighup_reloads_with_new_workers_under_load_without_a_failed_request(served):
     token = served.token()
     old_workers = set(served.descendants())
