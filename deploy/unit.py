@@ -147,6 +147,9 @@ class Unit:
             **APP_ENVIRONMENT,
             **self.env,
         }
+        # Granian copies its environment into every request's WSGI environ: a variable named like a
+        # request header (HTTP_PROXY, say) would read as one the client sent.
+        app_env = {name: value for name, value in app_env.items() if not name.startswith("HTTP_")}
         empty_metrics_folder(Path(app_env["PROMETHEUS_MULTIPROC_DIR"]))
         command = [part.format(socket=self.socket_path) for part in self.app_command]
         self.app = ServerProcess("app", command, app_env, self.log_path, self.supervised)
