@@ -36,6 +36,13 @@ VARIANTS = {
     ),
     "baseline-again": ("the baseline again, an identical second server (the noise)", "granian", 2, 4, True),
     "granian-2x8": ("Granian 2 processes × 8 threads", "granian", 2, 8, True),
+    "granian-kr1000": (
+        "Granian 2 × 4, nginx's upstream connections renewed every 1000 requests, not 20",
+        "granian-kr1000",
+        2,
+        4,
+        True,
+    ),
     "uwsgi": ("uWSGI 2 processes × 4 threads, `uwsgi_pass` (`make serve`'s until issue 26)", "uwsgi", 2, 4, False),
     "uwsgi-2x8": ("uWSGI 2 processes × 8 threads", "uwsgi", 2, 8, False),
     "uwsgi-4x2": ("uWSGI 4 processes × 2 threads", "uwsgi", 4, 2, False),
