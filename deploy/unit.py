@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from deploy.app_server import APP_ENVIRONMENT, granian_command
-from deploy.processes import ROOT, ServerProcess, children, http_status, wait_until
+from deploy.processes import ROOT, ServerProcess, accepts_unix_connections, children, http_status, wait_until
 
 NGINX_TEMPLATE = ROOT / "deploy" / "nginx.conf"
 # Who nginx's workers run as when it is started as root: they alone (and root) may open the app's socket.
@@ -154,7 +154,11 @@ class Unit:
         command = [part.format(socket=self.socket_path) for part in self.app_command]
         self.app = ServerProcess("app", command, app_env, self.log_path, self.supervised)
         self.app.launch()
-        wait_until(self.socket_path.exists, self.app.process, 60, f"{self.name}: the app server's socket")
+        # Granian makes its socket at once but listens on it only once a worker has loaded the app:
+        # till then nginx would be refused, and answer 503 itself.
+        wait_until(
+            lambda: accepts_unix_connections(self.socket_path), self.app.process, 60, f"{self.name}: the app's socket"
+        )
         if os.geteuid() == 0:
             # The app server made it 0600, its own (root): nginx's workers (nobody) get it, no one else.
             uid, gid = pwd.getpwnam(NGINX_WORKER_USER).pw_uid, grp.getgrnam(NGINX_WORKER_GROUP).gr_gid
