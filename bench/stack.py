@@ -26,7 +26,7 @@ def stack_unit(name: str, kind: str, processes: int, threads: int, keepalive: bo
     if kind.startswith("granian"):  # production's command; its keep-alive is production's too
         settings = {**env, "APP_PROCESSES": str(processes), "APP_THREADS": str(threads)}
         command = granian_command(settings, "bench.wsgi:application")
-        # granian-kr1000: nginx's default keepalive_requests, its connections renewed 50 times less often.
+        # granian-kr1000: nginx's default keepalive_requests, its connections renewed 250 times less often.
         edit = renewed_every_1000 if kind == "granian-kr1000" else None
         return unit(name, log_dir, command, edit, **settings)
     if kind == "uwsgi":

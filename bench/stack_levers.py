@@ -37,7 +37,7 @@ VARIANTS = {
     "baseline-again": ("the baseline again, an identical second server (the noise)", "granian", 2, 4, True),
     "granian-2x8": ("Granian 2 processes × 8 threads", "granian", 2, 8, True),
     "granian-kr1000": (
-        "Granian 2 × 4, nginx's upstream connections renewed every 1000 requests, not 20",
+        "Granian 2 × 4, nginx's upstream connections renewed every 1000 requests, not 4",
         "granian-kr1000",
         2,
         4,
