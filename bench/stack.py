@@ -24,11 +24,10 @@ def renewed_every_1000(text: str) -> str:
 def stack_unit(name: str, kind: str, processes: int, threads: int, keepalive: bool, log_dir: Path, **env: str):
     """One variant: `kind` (granian, granian-kr1000, uwsgi, gunicorn-gthread, gunicorn-sync) with `processes` × `threads`."""
     if kind.startswith("granian"):  # production's command; its keep-alive is production's too
-        settings = {**env, "APP_PROCESSES": str(processes), "APP_THREADS": str(threads)}
-        command = granian_command(settings, "bench.wsgi:application")
+        command = granian_command(env, "bench.wsgi:application", processes, threads)
         # granian-kr1000: nginx's default keepalive_requests, its connections renewed 250 times less often.
         edit = renewed_every_1000 if kind == "granian-kr1000" else None
-        return unit(name, log_dir, command, edit, **settings)
+        return unit(name, log_dir, command, edit, **env)
     if kind == "uwsgi":
         return unit(name, log_dir, uwsgi_command(processes, threads), uwsgi_location, **env)
     command = gunicorn_command(processes, threads, kind.removeprefix("gunicorn-"))

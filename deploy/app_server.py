@@ -1,4 +1,4 @@
-"""The app server of every production unit: Granian (WSGI) on the unit's unix socket, its settings from the environment.
+"""The app server of every production unit: Granian (WSGI) on the unit's unix socket, its settings from the unit.
 
 Granian is actively maintained (uWSGI, which ran here until issue 26, is in maintenance mode) and was
 measured against it behind the same nginx (figures: BENCHMARKS.md, issue 26). nginx speaks HTTP/1.1
@@ -10,6 +10,7 @@ anew, and stops each old one once its replacement is up, letting it finish its r
 finishes the requests in flight, then exits. A worker that dies is started again.
 """
 
+import json
 import os
 from pathlib import Path
 
@@ -50,8 +51,17 @@ def setting(env: dict, name: str) -> int:
         raise SystemExit(f"{name} must be a whole number, not {value!r}") from None
 
 
-def granian_command(env: dict, module: str = "plantstore_site.wsgi:application", bin_dir: Path = BIN) -> list[str]:
-    """Granian (from the venv `bin_dir`) serving `module` on `{socket}` (filled in by the unit), as production runs it."""
+def granian_command(
+    env: dict,
+    module: str = "plantstore_site.wsgi:application",
+    workers: int | None = None,
+    threads: int | None = None,
+    bin_dir: Path = BIN,
+) -> list[str]:
+    """Granian (from the venv `bin_dir`) serving `module` on `{socket}` (filled in by the unit), as
+    production runs it: `workers` processes of `threads` threads, else APP_PROCESSES and APP_THREADS."""
+    workers = workers or setting(env, "APP_PROCESSES")
+    threads = threads or setting(env, "APP_THREADS")
     return [
         str(bin_dir / "granian"),
         "--interface=wsgi",
@@ -60,8 +70,8 @@ def granian_command(env: dict, module: str = "plantstore_site.wsgi:application",
         "--uds={socket}",
         # Only its owner may connect; the unit gives the socket to nginx's workers (deploy/unit.py).
         "--uds-permissions=0o600",
-        f"--workers={setting(env, 'APP_PROCESSES')}",
-        f"--blocking-threads={setting(env, 'APP_THREADS')}",
+        f"--workers={workers}",
+        f"--blocking-threads={threads}",
         f"--backpressure={BACKPRESSURE}",
         f"--http1-header-read-timeout={KEEP_ALIVE_IDLE_S * 1000}",
         "--respawn-failed-workers",
@@ -70,3 +80,32 @@ def granian_command(env: dict, module: str = "plantstore_site.wsgi:application",
         "--no-access-log",
         module,
     ]
+
+
+# Granian starts each request's WSGI environ (Django's request.META) as a copy of its own process
+# environment (granian/wsgi.py: `dict(os.environ)`, request data on top), and has no option to
+# leave it out; its --env-files loads a file into that same environment. So request.META would
+# hold every setting, secrets included (DJANGO_SECRET_KEY, DATABASE_URL's password,
+# PLANTS_METRICS_TOKEN), for any error report or debug page to show, and a variable named HTTP_*
+# would read as a header the client sent. Granian therefore starts with these variables alone,
+# none a secret or a header's name, and the settings reach the app in a file only the unit's user
+# can read, which plantstore_site/settings.py reads (PLANTS_SETTINGS_FILE). Anything else a
+# library would read from the environment (libpq's PG*, GRANIAN_*) does not reach it: the command
+# line and the settings say it all (tests/test_settings.py, tests/test_authentication.py,
+# tests/test_systemd_unit.py).
+PROCESS_VARIABLES = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "PYTHONPATH", "DJANGO_SETTINGS_MODULE")
+
+
+def app_server_environment(command: list[str], env: dict, settings_file: Path) -> dict:
+    """The environment to start the app server `command` with, `env` holding the app's settings.
+    Granian's: PROCESS_VARIABLES from `env`, PROMETHEUS_MULTIPROC_DIR (a folder, which
+    prometheus_client reads from the environment) and PLANTS_SETTINGS_FILE, naming `settings_file`,
+    into which `env` is written (mode 600). Another app server (the bench's) builds each request's
+    environ from the request alone: `env` as it is."""
+    if Path(command[0]).name != "granian":
+        return env
+    descriptor = os.open(settings_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(descriptor, "w") as file:
+        json.dump(env, file)
+    kept = {name: env[name] for name in (*PROCESS_VARIABLES, "PROMETHEUS_MULTIPROC_DIR") if name in env}
+    return {**kept, "PLANTS_SETTINGS_FILE": str(settings_file)}

@@ -15,7 +15,7 @@ import signal
 import tempfile
 from pathlib import Path
 
-from deploy.app_server import APP_ENVIRONMENT, granian_command
+from deploy.app_server import APP_ENVIRONMENT, app_server_environment, granian_command
 from deploy.processes import ROOT, ServerProcess, accepts_unix_connections, children, http_status, wait_until
 
 NGINX_TEMPLATE = ROOT / "deploy" / "nginx.conf"
@@ -147,12 +147,11 @@ class Unit:
             **APP_ENVIRONMENT,
             **self.env,
         }
-        # Granian copies its environment into every request's WSGI environ: a variable named like a
-        # request header (HTTP_PROXY, say) would read as one the client sent.
-        app_env = {name: value for name, value in app_env.items() if not name.startswith("HTTP_")}
         empty_metrics_folder(Path(app_env["PROMETHEUS_MULTIPROC_DIR"]))
         command = [part.format(socket=self.socket_path) for part in self.app_command]
-        self.app = ServerProcess("app", command, app_env, self.log_path, self.supervised)
+        # Granian's environment holds no setting: they are in a file (deploy/app_server.py says why).
+        process_env = app_server_environment(command, app_env, self.run_dir / "app-settings.json")
+        self.app = ServerProcess("app", command, process_env, self.log_path, self.supervised)
         self.app.launch()
         # Granian makes its socket at once but listens on it only once a worker has loaded the app:
         # till then nginx would be refused, and answer 503 itself.

@@ -150,7 +150,8 @@ def test_bearer_token_with_non_ascii_characters_returns_401_malformed(api_client
 
 @pytest.mark.live
 def test_credentials_in_the_app_server_s_environment_are_not_a_request_s(production_unit, token):
-    # Granian copies its environment into every request's WSGI environ; the unit leaves HTTP_* out.
+    # Granian copies its environment into every request's WSGI environ: the unit starts it with none of its
+    # settings (deploy/app_server.py), so an HTTP_* one cannot read as a header.
     server = production_unit(HTTP_AUTHORIZATION=f"Bearer {token}")
 
     status, headers, text = request(f"{server.url}/plants", {"id": 1, "name": "Rose"})
