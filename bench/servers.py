@@ -53,7 +53,7 @@ def gunicorn_command(workers: int, threads: int, worker_class: str) -> list[str]
 
 
 def uwsgi_command(processes: int, threads: int) -> list[str]:
-    """uWSGI (`pyuwsgi`, requirements-dev.txt) serving bench.wsgi on the unit's socket, as `make serve`
+    """uWSGI (`pyuwsgi`, requirements-tools.txt) serving bench.wsgi on the unit's socket, as `make serve`
     ran it until issue 26: a measured alternative, behind nginx on `uwsgi_pass` (uwsgi_location)."""
     return [
         str(BIN / "uwsgi"),
