@@ -36,13 +36,13 @@ run: $(VENV)/.runtime ## set up .venv, migrate, and serve on 127.0.0.1:$PORT (de
 	@echo
 	DJANGO_DEBUG=1 $(PYTHON) manage.py runserver 127.0.0.1:$(PORT)
 
-serve: $(VENV)/.runtime ## production path: migrate, collectstatic, one production unit: nginx in front of uWSGI (HUP reloads; needs DJANGO_SECRET_KEY; DATABASE_URL)
+serve: $(VENV)/.runtime ## production path: migrate, collectstatic, one production unit: nginx in front of Granian (HUP reloads; needs DJANGO_SECRET_KEY; DATABASE_URL)
 	scripts/debian-packages nginx
 	$(PYTHON) manage.py migrate --no-input
 	$(PYTHON) manage.py collectstatic --no-input -v 0
 	exec $(PYTHON) deploy/serve.py
 
-cluster: $(VENV)/.runtime ## production's topology on one machine: HAProxy on $PORT, 2 production units (nginx, uWSGI), a PostgreSQL primary and standby (pg_auto_failover), Redis (HUP: rolling restart; Ctrl-C stops all)
+cluster: $(VENV)/.runtime ## production's topology on one machine: HAProxy on $PORT, 2 production units (nginx, Granian), a PostgreSQL primary and standby (pg_auto_failover), Redis (HUP: rolling restart; Ctrl-C stops all)
 	scripts/debian-packages postgresql redis-server haproxy nginx
 	scripts/debian-packages $(FAILOVER_PACKAGES)
 	PORT=$(PORT) $(PYTHON) scripts/cluster
@@ -122,7 +122,7 @@ bench-levers: $(VENV)/.dev ## the service as make serve runs it with one part of
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
 		scripts/with-postgres $(PYTHON) -m bench.levers
 
-bench-stack: $(VENV)/.dev ## app servers behind nginx (uWSGI, gunicorn gthread/sync, granian; keep-alive) with the database 0.1, 1, 5 ms away (bench/delay_proxy.py)
+bench-stack: $(VENV)/.dev ## app servers behind nginx (Granian, uWSGI, gunicorn gthread/sync; keep-alive) with the database 0.1, 1, 5 ms away (bench/delay_proxy.py)
 	scripts/debian-packages postgresql wrk nginx
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
 		scripts/with-postgres $(PYTHON) -m bench.stack_levers

@@ -3,7 +3,7 @@ PostgreSQL behind PgBouncer in transaction mode and in front of make cluster's f
 primary and a synchronous standby, deploy/database.py), Redis throttle counters; a Markdown table.
 
 Run under scripts/with-postgres. Each app server is a production unit (deploy/unit.py: nginx, then
-uWSGI with its production settings); wrk runs on the same machine.
+Granian with its production settings); wrk runs on the same machine.
 """
 
 import json
@@ -29,7 +29,6 @@ ENV = {
     "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
     "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
     "PLANTS_THROTTLE_RATE": "100000000/second",  # on, so its Redis round trip is measured
-    "APP_MAX_REQUESTS": "0",
 }
 
 

@@ -1,4 +1,4 @@
-"""gunicorn settings for the bench's gunicorn rows (a measured alternative; production runs uWSGI: deploy/app_server.py)."""
+"""gunicorn settings for the bench's gunicorn rows (a measured alternative; production runs Granian: deploy/app_server.py)."""
 
 import multiprocessing
 import os

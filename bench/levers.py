@@ -1,5 +1,5 @@
 """`make bench-levers`: the service on its production path (`make serve`'s unit: nginx in front of
-uWSGI), one lever of the per-request Python changed per variant, all loaded side by side in rotating
+Granian), one lever of the per-request Python changed per variant, all loaded side by side in rotating
 rounds, as make bench does. The app servers themselves are `make bench-stack`'s.
 
 Each variant is its own unit; its environment differs from the baseline's in the settings its row
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from bench.run import ENV, LOG_DIR, prepare, ratio, run_rounds, summarize
 from bench.servers import service, unit
-from deploy.app_server import uwsgi_command
+from deploy.app_server import granian_command
 from deploy.processes import ROOT
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 7))
@@ -23,7 +23,7 @@ SECONDS = int(os.environ.get("BENCH_SECONDS", 6))
 EXTRAS_OFF = {"PLANTS_THROTTLE_RATE": "", "BENCH_LEVERS": "no-request-log,no-metrics"}
 # name: (what differs from the baseline, environment it adds); every one is behind nginx.
 VARIANTS = {
-    "baseline": ("baseline: `make serve` as configured (uWSGI, 1 process per core × 4 threads)", {}),
+    "baseline": ("baseline: `make serve` as configured (Granian, 1 process per core × 4 threads)", {}),
     # The baseline again, unchanged: how far apart two identical servers measure, the table's noise.
     "baseline-again": ("the baseline again, an identical second server (the noise)", {}),
     "no-prepare": (
@@ -57,13 +57,13 @@ def start(env: dict):
 
 
 def start_tree(commit: str):
-    """BENCH_TREE=<commit>: that commit's code in a unit like the baseline's (the same venv and uWSGI
+    """BENCH_TREE=<commit>: that commit's code in a unit like the baseline's (the same venv and Granian
     settings), as a row beside the levers: an A/B of two trees on the production path."""
     tree = Path(tempfile.mkdtemp(prefix="plantstore-tree."))
     archive = subprocess.run(["git", "archive", commit], cwd=ROOT, check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
     env = {**ENV, "PYTHONPATH": str(tree)}
-    command = [*uwsgi_command(env, "bench.wsgi:application"), f"--chdir={tree}"]
+    command = [*granian_command(env, "bench.wsgi:application"), f"--working-dir={tree}"]
     return unit("tree", LOG_DIR, command, **env).start()
 
 

@@ -1,7 +1,7 @@
 """`make profile`: where an app server worker's CPU goes per POST /plants, by part of the stack.
 
 Run under scripts/with-postgres, as make bench is. Starts the service as `make serve` runs it (nginx,
-uWSGI), loads POST /plants
+Granian), loads POST /plants
 with wrk, and (1) reads the workers' CPU time per request from /proc, unprofiled; (2) samples
 the workers with py-spy (`--gil`: only threads running Python, never one waiting on PostgreSQL)
 and charges each sample to the deepest frame naming a part of the request; (3) records the flame

@@ -3,7 +3,7 @@
 Run under scripts/with-postgres (DATABASE_URL set, pg_stat_statements loaded). Every target is on its
 production path, a production unit (deploy/unit.py: nginx in front of the app server): the service
 as `make serve` runs it, with the bare view in the same unit; the DRF and django-ninja peers under
-the same uWSGI settings; the FastAPI peer under uvicorn behind the same nginx with upstream
+the same Granian settings; the FastAPI peer under uvicorn behind the same nginx with upstream
 keep-alive, as its users run it. Rounds rotate which target goes first so all meet the same machine
 state; the figures and the machine's description are printed and written to BENCHMARKS.md.
 """
@@ -33,11 +33,11 @@ CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", 16))
 WRK_THREADS = 2
 # name: (server, path, column heading); the service's throughput is compared with the others'.
 TARGETS = {
-    "service": ("service", "/plants", "service `POST /plants` (`make serve`: nginx, uWSGI)"),
+    "service": ("service", "/plants", "service `POST /plants` (`make serve`: nginx, Granian)"),
     "bare": ("service", "/bench/bare-plants", "bare Django view (the same unit)"),
     "fastapi": ("fastapi", "/plants", "FastAPI peer (nginx with upstream keep-alive, uvicorn)"),
-    "drf": ("drf", "/plants", "DRF peer (nginx, the service's uWSGI settings)"),
-    "ninja": ("ninja", "/plants", "django-ninja peer (nginx, the service's uWSGI settings)"),
+    "drf": ("drf", "/plants", "DRF peer (nginx, the service's Granian settings)"),
+    "ninja": ("ninja", "/plants", "django-ninja peer (nginx, the service's Granian settings)"),
 }
 LOG_DIR = Path(os.environ.get("TMPDIR", "/tmp"))
 # Each wrk run takes its own block of ids (bench/create.lua adds 10**9 per wrk thread), so no two
@@ -74,8 +74,6 @@ ENV = {
     # Throttling stays on, at a rate the load never reaches, so its cost is measured: in the
     # default store, the counters file the workers share (plants/rate_stores.py).
     "PLANTS_THROTTLE_RATE": "100000000/second",
-    # No worker recycling: a worker's restart would charge one round with its boot.
-    "APP_MAX_REQUESTS": "0",
     # What production runs, whatever the shell exported (make bench-levers changes these per variant).
     "APP_PROCESSES": APP_SETTINGS["APP_PROCESSES"],
     "APP_THREADS": APP_SETTINGS["APP_THREADS"],
@@ -259,9 +257,9 @@ def report(rounds: dict, peak_rss: dict) -> None:
     section = [
         f"- When: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
         f"- Machine: {machine()}",
-        f"- Service: `make serve`'s production unit: nginx (`deploy/nginx.conf`) in front of uWSGI "
-        f"(`deploy/app_server.py`: {ENV['APP_PROCESSES']} processes × {ENV['APP_THREADS']} threads, `uwsgi_pass`; "
-        "worker recycling off), debug off, `bench.settings` (production settings plus the bare view's URL); "
+        f"- Service: `make serve`'s production unit: nginx (`deploy/nginx.conf`) in front of Granian "
+        f"(`deploy/app_server.py`: {ENV['APP_PROCESSES']} processes × {ENV['APP_THREADS']} threads, nginx's upstream "
+        "keep-alive), debug off, `bench.settings` (production settings plus the bare view's URL); "
         "the bare view is served by the same unit",
         f"- FastAPI peer: `bench/peers/fastapi_app.py` (FastAPI, strict pydantic v2, asyncpg), uvicorn with "
         f"{PEER_WORKERS} workers, uvloop and httptools, access log on, behind the same nginx with upstream "
@@ -270,7 +268,7 @@ def report(rounds: dict, peak_rss: dict) -> None:
         "- Django peers: `bench/peers/drf_peer` (ModelSerializer, a bearer-token authentication class reading "
         "the token row through the ORM by its SHA-256 digest, revoked and expired refused, a create-only "
         "viewset) and `bench/peers/ninja_peer` (a pydantic Schema, HttpBearer), startproject's apps and "
-        "middleware, CONN_MAX_AGE 60, no request log; the service's uWSGI settings behind the same nginx, "
+        "middleware, CONN_MAX_AGE 60, no request log; the service's Granian settings behind the same nginx, "
         "from their own venv (`.venv/django-peers`, pins in `bench/peers/requirements-django.txt`)",
         "- CPU per request counts every process of the target: nginx's and the app server's",
         "- Database: a throwaway PostgreSQL on 127.0.0.1 (TCP), fsync off, pg_stat_statements loaded",

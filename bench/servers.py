@@ -1,11 +1,12 @@
 """The servers `make bench` and `make bench-stack` run, every one a production unit (deploy/unit.py:
 nginx in front of an app server on a unix socket): the service as `make serve` runs it, the peers,
-and the app servers measured against uWSGI, each put behind the same nginx."""
+and the app servers measured against Granian, each put behind the same nginx."""
 
 import os
+import re
 from pathlib import Path
 
-from deploy.app_server import uwsgi_command
+from deploy.app_server import granian_command
 from deploy.processes import BIN, ROOT, free_port
 from deploy.unit import Unit, http_upstream
 
@@ -14,13 +15,22 @@ DJANGO_PEERS_BIN = ROOT / ".venv" / "django-peers" / "bin"
 PEER_WORKERS = 2
 
 
-def unit(name: str, log_dir: Path, app_command: list[str] | None = None, nginx_edit=None, **env: str) -> Unit:
-    """A unit on a free loopback port, its log in `log_dir`; uWSGI as production runs it unless `app_command`."""
+def unit(
+    name: str,
+    log_dir: Path,
+    app_command: list[str] | None = None,
+    nginx_edit=None,
+    admin_server: bool = True,
+    **env: str,
+) -> Unit:
+    """A unit on a free loopback port, its log in `log_dir`; Granian as production runs it unless
+    `app_command`; with the admin's app server beside it unless `admin_server` is false (a peer's)."""
     port = free_port()
     settings = {**os.environ, **env}
-    command = app_command or uwsgi_command(settings, "bench.wsgi:application")
+    command = app_command or granian_command(settings, "bench.wsgi:application")
+    log = log_dir / f"{name}-{port}.log"
     return Unit(
-        f"127.0.0.1:{port}", settings, command, log_dir / f"{name}-{port}.log", name=name, nginx_edit=nginx_edit
+        f"127.0.0.1:{port}", settings, command, log, name=name, nginx_edit=nginx_edit, admin_server=admin_server
     )
 
 
@@ -32,8 +42,8 @@ def service(log_dir: Path, **env: str) -> Unit:
 def django_peer(peer: str, log_dir: Path, **env: str) -> Unit:
     """A Django peer (bench/peers/<peer>_peer) under the service's app server and settings, from its own venv."""
     settings = {**os.environ, **env, "DJANGO_SETTINGS_MODULE": f"bench.peers.{peer}_peer.settings"}
-    command = uwsgi_command(settings, f"bench.peers.{peer}_peer.wsgi:application", bin_dir=DJANGO_PEERS_BIN)
-    return unit(peer, log_dir, command, **settings)
+    command = granian_command(settings, f"bench.peers.{peer}_peer.wsgi:application", bin_dir=DJANGO_PEERS_BIN)
+    return unit(peer, log_dir, command, admin_server=False, **settings)
 
 
 def fastapi_peer(log_dir: Path) -> Unit:
@@ -42,7 +52,7 @@ def fastapi_peer(log_dir: Path) -> Unit:
     command = [str(PEER_PYTHON), "-m", "uvicorn", "bench.peers.fastapi_app:app", "--uds", "{socket}"]
     command += ["--workers", str(PEER_WORKERS), "--loop", "uvloop", "--http", "httptools", "--log-level", "info"]
     command += ["--timeout-keep-alive", "5"]
-    return unit("fastapi", log_dir, command, http_upstream(keepalive=True))
+    return unit("fastapi", log_dir, command, http_upstream(keepalive=True), admin_server=False)
 
 
 def gunicorn_command(workers: int, threads: int, worker_class: str) -> list[str]:
@@ -51,8 +61,65 @@ def gunicorn_command(workers: int, threads: int, worker_class: str) -> list[str]
     return command + [f"--workers={workers}", f"--threads={threads}", f"--worker-class={worker_class}", "bench.wsgi"]
 
 
-def granian_command(workers: int, threads: int) -> list[str]:
-    """granian (a Rust HTTP server) serving bench.wsgi on the unit's socket: a measured alternative."""
-    command = [str(BIN / "granian"), "--interface", "wsgi", "--uds", "{socket}", "--uds-permissions", "0o600"]
-    command += ["--no-ws", "--workers", str(workers), "--blocking-threads", str(threads), "--no-access-log"]
-    return command + ["bench.wsgi:application"]
+def uwsgi_command(processes: int, threads: int) -> list[str]:
+    """uWSGI (`pyuwsgi`, requirements-tools.txt) serving bench.wsgi on the unit's socket, as `make serve`
+    ran it until issue 26: a measured alternative, behind nginx on `uwsgi_pass` (uwsgi_location)."""
+    return [
+        str(BIN / "uwsgi"),
+        "--master",
+        "--strict",
+        "--need-app",
+        "--module=bench.wsgi:application",
+        "--uwsgi-socket={socket}",
+        "--chmod-socket=600",  # the unit gives it to nginx's workers (deploy/unit.py)
+        f"--processes={processes}",
+        f"--threads={threads}",
+        "--enable-threads",
+        "--single-interpreter",
+        "--thunder-lock",
+        "--harakiri=30",
+        "--disable-logging",
+        "--buffer-size=32768",
+        "--hook-master-start=unix_signal:15 gracefully_kill_them_all",
+        "--vacuum",
+    ]
+
+
+# deploy/nginx.conf's `location /` for uWSGI: the uwsgi protocol, with the CGI variables of the
+# request (Debian's /etc/nginx/uwsgi_params) and the client's address in REMOTE_ADDR and X-Real-IP.
+UWSGI_LOCATION = """        location / {
+            uwsgi_pass app;
+            uwsgi_request_buffering on;
+            uwsgi_buffering on;
+            uwsgi_read_timeout 35s;
+            uwsgi_param QUERY_STRING $query_string;
+            uwsgi_param REQUEST_METHOD $request_method;
+            uwsgi_param CONTENT_TYPE $content_type;
+            uwsgi_param CONTENT_LENGTH $content_length;
+            uwsgi_param REQUEST_URI $request_uri;
+            uwsgi_param PATH_INFO $document_uri;
+            uwsgi_param DOCUMENT_ROOT $document_root;
+            uwsgi_param SERVER_PROTOCOL $server_protocol;
+            uwsgi_param REQUEST_SCHEME $scheme;
+            uwsgi_param HTTPS $https if_not_empty;
+            uwsgi_param REMOTE_PORT $remote_port;
+            uwsgi_param SERVER_PORT $server_port;
+            uwsgi_param SERVER_NAME $server_name;
+            uwsgi_param HTTP_HOST $http_host;
+            uwsgi_param REMOTE_ADDR $remote_addr;
+            uwsgi_param HTTP_X_REAL_IP $remote_addr;
+            uwsgi_param HTTP_X_FORWARDED_PROTO $forwarded_proto;
+        }
+"""
+
+
+def uwsgi_location(text: str) -> str:
+    """An edit for render_nginx_conf: `uwsgi_pass` in place of `proxy_pass`, no upstream keep-alive
+    (uWSGI closes its connection after each answer)."""
+    text = http_upstream(keepalive=False)(text)
+    text, found = re.subn(
+        r"        location / \{\n.*?\n        \}\n", lambda _: UWSGI_LOCATION, text, count=1, flags=re.S
+    )
+    if not found:
+        raise RuntimeError("deploy/nginx.conf has no `location / {` block")
+    return text

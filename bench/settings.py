@@ -6,14 +6,12 @@ BENCH_LEVERS (comma-separated) changes one part, for `make bench-levers` to meas
 `per-instance-fields` (the serializer's fields bound per instance, as DRF does: bench/wsgi.py).
 """
 
-import os
-
 from plantstore_site.settings import *  # noqa: F403
-from plantstore_site.settings import LOGGING, MIDDLEWARE
+from plantstore_site.settings import LOGGING, MIDDLEWARE, environment
 
 ROOT_URLCONF = "bench.urls"
 
-LEVERS = {lever for lever in os.environ.get("BENCH_LEVERS", "").split(",") if lever}
+LEVERS = {lever for lever in environment.get("BENCH_LEVERS", "").split(",") if lever}
 if unknown := LEVERS - {"no-request-log", "no-metrics", "per-instance-fields"}:
     raise ValueError(f"BENCH_LEVERS: unknown lever(s) {sorted(unknown)}")
 if "no-request-log" in LEVERS:

@@ -3,7 +3,7 @@
 Every variant is nginx in front of an app server on a unix socket (the production path), serving the
 service (bench.wsgi, production settings); each reaches PostgreSQL through bench/delay_proxy.py,
 which adds a fixed delay each way. For each round-trip delay the variants are loaded side by side in
-rotating rounds (bench.run.run_rounds), and a table is printed: requests/s ÷ the baseline (uWSGI
+rotating rounds (bench.run.run_rounds), and a table is printed: requests/s ÷ the baseline (Granian
 as `make serve` runs it), CPU per request (app server and nginx), p99, errors, beside the
 baseline run again (the noise). The proxy's own CPU is measured apart and printed per request.
 """
@@ -27,15 +27,29 @@ RTTS_MS = [float(ms) for ms in os.environ.get("BENCH_RTTS_MS", "0.1,1,5").split(
 ONLY = [name for name in os.environ.get("BENCH_VARIANTS", "").split(",") if name]
 # name: (row label, app server, processes, threads, nginx upstream keep-alive).
 VARIANTS = {
-    "baseline": ("baseline: uWSGI 1 process per core × 4 threads, `uwsgi_pass` (`make serve`)", "uwsgi", 2, 4, False),
-    "baseline-again": ("the baseline again, an identical second server (the noise)", "uwsgi", 2, 4, False),
+    "baseline": (
+        "baseline: Granian 1 process per core × 4 threads, nginx upstream keep-alive (`make serve`)",
+        "granian",
+        2,
+        4,
+        True,
+    ),
+    "baseline-again": ("the baseline again, an identical second server (the noise)", "granian", 2, 4, True),
+    "granian-2x8": ("Granian 2 processes × 8 threads", "granian", 2, 8, True),
+    "granian-kr1000": (
+        "Granian 2 × 4, nginx's upstream connections renewed every 1000 requests, not 4",
+        "granian-kr1000",
+        2,
+        4,
+        True,
+    ),
+    "uwsgi": ("uWSGI 2 processes × 4 threads, `uwsgi_pass` (`make serve`'s until issue 26)", "uwsgi", 2, 4, False),
     "uwsgi-2x8": ("uWSGI 2 processes × 8 threads", "uwsgi", 2, 8, False),
     "uwsgi-4x2": ("uWSGI 4 processes × 2 threads", "uwsgi", 4, 2, False),
-    "gthread": ("gunicorn gthread 2 × 4 (until now `make serve`'s)", "gunicorn-gthread", 2, 4, False),
+    "gthread": ("gunicorn gthread 2 × 4", "gunicorn-gthread", 2, 4, False),
     "gthread-ka": ("gunicorn gthread 2 × 4, nginx upstream keep-alive", "gunicorn-gthread", 2, 4, True),
     "sync-2": ("gunicorn sync, 2 processes", "gunicorn-sync", 2, 1, False),
     "sync-3": ("gunicorn sync, 3 processes", "gunicorn-sync", 3, 1, False),
-    "granian-2x4": ("granian 2 workers × 4 blocking threads, nginx upstream keep-alive", "granian", 2, 4, True),
 }
 
 

@@ -1,10 +1,16 @@
-"""The app server of every production unit: uWSGI on the unit's unix socket, its settings from the environment.
+"""The app server of every production unit: Granian (WSGI) on the unit's unix socket, its settings from the unit.
 
-Chosen by measurement (BENCHMARKS.md, `make bench-stack`): behind nginx on `uwsgi_pass` it costs
-about a quarter less CPU per request than gunicorn's gthread workers, with the database 0.1, 1 and
-5 ms away. One process per core, each with APP_THREADS threads to wait out database round trips.
+Granian is actively maintained (uWSGI, which ran here until issue 26, is in maintenance mode) and was
+measured against it behind the same nginx (figures: BENCHMARKS.md, issue 26). nginx speaks HTTP/1.1
+to it and keeps idle connections open for the next requests (deploy/nginx.conf). One process per
+core, each with APP_THREADS threads to wait out database round trips.
+
+Signals (the unit sends them, deploy/unit.py): SIGHUP starts new workers, which import the app
+anew, and stops each old one once its replacement is up, letting it finish its requests; SIGTERM
+finishes the requests in flight, then exits. A worker that dies is started again.
 """
 
+import json
 import os
 from pathlib import Path
 
@@ -13,12 +19,28 @@ from deploy.processes import BIN
 # What each setting is, and its default: every one can be set in the unit's environment.
 SETTINGS = {
     "APP_PROCESSES": str(os.cpu_count() or 1),  # worker processes: one per core
-    "APP_THREADS": "4",  # threads per process (8 measured better with the database ~5 ms away)
-    "APP_TIMEOUT": "30",  # seconds a request may run before its worker is replaced (harakiri)
-    # Requests before a worker is recycled; 0, the default: never. Each worker that exits leaves its
-    # metric files, which /metrics keeps summing until the server restarts (README, Metrics).
-    "APP_MAX_REQUESTS": "0",
+    "APP_THREADS": "4",  # threads per process running the app (8 measured better with the database ~5 ms away)
 }
+# Settings the unit gives the app unless its environment says otherwise. The scheme the client used:
+# nginx always sets X-Forwarded-Proto (deploy/nginx.conf: a trusted proxy's, else its own scheme)
+# and only nginx reaches the app's socket, so Django believes it (uWSGI took wsgi.url_scheme from
+# that header itself; Granian says "http", the socket's).
+APP_ENVIRONMENT = {"DJANGO_SECURE_PROXY_SSL_HEADER": "HTTP_X_FORWARDED_PROTO"}
+# How long Granian keeps an idle HTTP/1 connection open between two requests: its header read
+# timeout, which also runs while a kept-alive connection waits for its next request (measured:
+# an idle connection is closed after exactly this long). Above nginx's idle timeout on its upstream
+# connections (deploy/unit.py: UPSTREAM_IDLE_S), so nginx always closes first
+# (tests/test_upstream_keepalive.py).
+KEEP_ALIVE_IDLE_S = 30
+# The connections each worker serves at once (Granian's --backpressure): an idle kept-alive
+# connection holds one of them, so this stays well above the idle connections nginx keeps
+# (deploy/nginx.conf: `keepalive`), or a worker would stop taking nginx's new connections while
+# nginx keeps the old ones idle (tests/test_upstream_keepalive.py). Requests above APP_THREADS
+# wait inside the worker for a thread.
+BACKPRESSURE = 128
+# Seconds a worker has to finish its requests when stopped (SIGTERM, a reload) before it is killed:
+# under the unit's own 40 s (deploy/unit.py: Unit.stop), above nginx's 30 s wait for an answer.
+WORKER_STOP_S = 35
 
 
 def setting(env: dict, name: str) -> int:
@@ -29,43 +51,61 @@ def setting(env: dict, name: str) -> int:
         raise SystemExit(f"{name} must be a whole number, not {value!r}") from None
 
 
-def uwsgi_command(
+def granian_command(
     env: dict,
     module: str = "plantstore_site.wsgi:application",
-    bin_dir: Path = BIN,
-    processes: int | None = None,
+    workers: int | None = None,
     threads: int | None = None,
+    bin_dir: Path = BIN,
 ) -> list[str]:
-    """uWSGI (from the venv `bin_dir`) serving `module` on `{socket}` (filled in by the unit), as production
-    runs it: with APP_PROCESSES × APP_THREADS unless `processes` and `threads` say otherwise."""
-    as_root = os.geteuid() == 0
+    """Granian (from the venv `bin_dir`) serving `module` on `{socket}` (filled in by the unit), as
+    production runs it: `workers` processes of `threads` threads, else APP_PROCESSES and APP_THREADS."""
+    workers = workers or setting(env, "APP_PROCESSES")
+    threads = threads or setting(env, "APP_THREADS")
     return [
-        str(bin_dir / "uwsgi"),
-        "--master",
-        "--strict",  # an unknown option is an error, not a warning
-        "--need-app",  # a broken app stops it at start instead of answering 500s
-        "--module",
+        str(bin_dir / "granian"),
+        "--interface=wsgi",
+        "--http=1",  # nginx speaks HTTP/1.1 to it
+        "--no-ws",
+        "--uds={socket}",
+        # Only its owner may connect; the unit gives the socket to nginx's workers (deploy/unit.py).
+        "--uds-permissions=0o600",
+        f"--workers={workers}",
+        f"--blocking-threads={threads}",
+        f"--backpressure={BACKPRESSURE}",
+        f"--http1-header-read-timeout={KEEP_ALIVE_IDLE_S * 1000}",
+        "--respawn-failed-workers",
+        f"--workers-kill-timeout={WORKER_STOP_S}",
+        # The app writes one log line per request (plants.requests); Granian's access log would be a second.
+        "--no-access-log",
         module,
-        "--uwsgi-socket",
-        "{socket}",
-        # Only nginx's workers may connect: the uwsgi protocol carries REMOTE_ADDR, which the admin's
-        # login lockout trusts. As root those workers run as nobody (deploy/nginx.conf).
-        "--chmod-socket=600",
-        *(["--chown-socket=nobody:nogroup"] if as_root else []),
-        f"--processes={processes or setting(env, 'APP_PROCESSES')}",
-        f"--threads={threads or setting(env, 'APP_THREADS')}",
-        "--enable-threads",
-        "--single-interpreter",
-        "--thunder-lock",  # one worker at a time accepts: no thundering herd
-        f"--harakiri={setting(env, 'APP_TIMEOUT')}",
-        f"--max-requests={setting(env, 'APP_MAX_REQUESTS')}",
-        # The app writes one log line per request (plants.requests); uWSGI's own would be a second.
-        "--disable-logging",
-        # nginx passes header sections up to 32 KiB (large_client_header_buffers 4 8k).
-        "--buffer-size=32768",
-        # SIGTERM: finish the requests in flight, then exit (uWSGI 2.0 would reload on it).
-        "--hook-master-start=unix_signal:15 gracefully_kill_them_all",
-        # SIGHUP (the unit's reload) re-executes uWSGI: with the venv's python, or it leaves the venv.
-        f"--binary-path={bin_dir / 'python'}",
-        "--vacuum",
     ]
+
+
+# Granian starts each request's WSGI environ (Django's request.META) as a copy of its own process
+# environment (granian/wsgi.py: `dict(os.environ)`, request data on top), and has no option to
+# leave it out; its --env-files loads a file into that same environment. So request.META would
+# hold every setting, secrets included (DJANGO_SECRET_KEY, DATABASE_URL's password,
+# PLANTS_METRICS_TOKEN), for any error report or debug page to show, and a variable named HTTP_*
+# would read as a header the client sent. Granian therefore starts with these variables alone,
+# none a secret or a header's name, and the settings reach the app in a file only the unit's user
+# can read, which plantstore_site/settings.py reads (PLANTS_SETTINGS_FILE). Anything else a
+# library would read from the environment (libpq's PG*, GRANIAN_*) does not reach it: the command
+# line and the settings say it all (tests/test_settings.py, tests/test_authentication.py,
+# tests/test_systemd_unit.py).
+PROCESS_VARIABLES = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "PYTHONPATH", "DJANGO_SETTINGS_MODULE")
+
+
+def app_server_environment(command: list[str], env: dict, settings_file: Path) -> dict:
+    """The environment to start the app server `command` with, `env` holding the app's settings.
+    Granian's: PROCESS_VARIABLES from `env`, PROMETHEUS_MULTIPROC_DIR (a folder, which
+    prometheus_client reads from the environment) and PLANTS_SETTINGS_FILE, naming `settings_file`,
+    into which `env` is written (mode 600). Another app server (the bench's) builds each request's
+    environ from the request alone: `env` as it is."""
+    if Path(command[0]).name != "granian":
+        return env
+    descriptor = os.open(settings_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(descriptor, "w") as file:
+        json.dump(env, file)
+    kept = {name: env[name] for name in (*PROCESS_VARIABLES, "PROMETHEUS_MULTIPROC_DIR") if name in env}
+    return {**kept, "PLANTS_SETTINGS_FILE": str(settings_file)}

@@ -204,7 +204,8 @@ class Front:
         self.run_dir.mkdir(mode=0o755, exist_ok=True)
         self.run_dir.chmod(0o755)  # nginx's workers (nobody, when started as root) use its temp folders
         upstream, listen = f"127.0.0.1:{self.upstream_port}", f"127.0.0.1:{self.port}"
-        conf = render_nginx_conf(self.run_dir, upstream, listen, [], http_upstream(keepalive=True))
+        # It waits 40 s for an answer: longer than HAProxy does (timeout server), whose 503 it passes on.
+        conf = render_nginx_conf(self.run_dir, upstream, listen, [], http_upstream(keepalive=True, read_timeout_s=40))
         self.server = ServerProcess(
             "front", nginx_command(self.run_dir, conf), dict(os.environ), self.log_path, self.supervised
         )

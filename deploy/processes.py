@@ -46,6 +46,17 @@ def accepts_connections(port: int, host: str = "127.0.0.1") -> bool:
         return False
 
 
+def accepts_unix_connections(path: Path) -> bool:
+    """Whether something listens on the unix socket `path`: a connection opens (and is closed at once)."""
+    try:
+        with socket.socket(socket.AF_UNIX) as conn:
+            conn.settimeout(0.5)
+            conn.connect(str(path))
+        return True
+    except OSError:
+        return False
+
+
 def http_status(url: str, timeout: float = 2) -> int | None:
     """The status of GET `url` (http://host:port/path), None when nothing answered."""
     host_port, _, path = url.removeprefix("http://").partition("/")

@@ -47,7 +47,7 @@ def notify_systemd(notify_socket: str | None, state: str) -> None:
 def main() -> int:
     started_on_terminal = os.isatty(sys.stderr.fileno())
     # Only this process speaks to systemd (NotifyAccess=main): the servers do not get the socket
-    # (uWSGI would send its own states, which systemd refuses and logs).
+    # (one that speaks sd_notify, as uWSGI did, would send its own states, which systemd refuses and logs).
     notify_socket = os.environ.pop("NOTIFY_SOCKET", None)
     asked: list[str] = []  # what the signals asked for, handled in the loop below
 

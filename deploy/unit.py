@@ -6,18 +6,32 @@ HAProxy (deploy/cluster.py), and the tests and the bench start theirs through th
 they prove is what production runs.
 """
 
+import grp
 import ipaddress
 import os
+import pwd
 import re
 import shutil
 import signal
 import tempfile
 from pathlib import Path
 
-from deploy.app_server import uwsgi_command
-from deploy.processes import ROOT, ServerProcess, children, http_status, wait_until
+from deploy.app_server import APP_ENVIRONMENT, app_server_environment, granian_command
+from deploy.processes import ROOT, ServerProcess, accepts_unix_connections, children, http_status, wait_until
 
 NGINX_TEMPLATE = ROOT / "deploy" / "nginx.conf"
+# Who nginx's workers run as when it is started as root: they alone (and root) may open the app's socket.
+NGINX_WORKER_USER, NGINX_WORKER_GROUP = "nobody", "nogroup"
+# nginx's idle timeout on its upstream connections: below every HTTP upstream's own (Granian's
+# 30 s, deploy/app_server.py: KEEP_ALIVE_IDLE_S; HAProxy's `timeout http-keep-alive` 10 s in
+# deploy/cluster/haproxy.cfg; gunicorn's keepalive 5 s; uvicorn's --timeout-keep-alive 5 s), so
+# nginx closes an idle connection before the upstream does and never sends a request on one the
+# upstream is closing: nginx does not resend a POST that failed once sent, so the client would get
+# its 502 (our 503) (tests/test_upstream_keepalive.py).
+UPSTREAM_IDLE_S = 4
+# How long nginx waits for the app's answer before it answers 503 itself: a unit's (the request's
+# thread is not reclaimed: README, Operating it); the cluster's front waits longer (deploy/cluster.py).
+READ_TIMEOUT_S = 30
 
 
 def trusted_proxies(value: str) -> list[str]:
@@ -45,11 +59,13 @@ def render_nginx_conf(
     text = NGINX_TEMPLATE.read_text()
     for name, value in {
         # As root, nginx's workers drop to nobody; otherwise they run as whoever started it.
-        "@USER@": "user nobody nogroup;" if os.geteuid() == 0 else "",
+        "@USER@": f"user {NGINX_WORKER_USER} {NGINX_WORKER_GROUP};" if os.geteuid() == 0 else "",
         "@LISTEN@": listen,
         "@RUN_DIR@": str(run_dir),
         "@UPSTREAM@": upstream,
         "@ADMIN_UPSTREAM@": admin_upstream or upstream,
+        "@UPSTREAM_IDLE@": f"{UPSTREAM_IDLE_S}s",
+        "@READ_TIMEOUT@": f"{READ_TIMEOUT_S}s",
         "@REAL_IP@": real_ip,
         "@TRUSTED_PROXIES@": trusted,
     }.items():
@@ -61,48 +77,20 @@ def render_nginx_conf(
     return path
 
 
-# deploy/nginx.conf's `location /` for an HTTP upstream instead of uWSGI: HAProxy behind the
-# cluster's front (deploy/cluster.py), or an HTTP app server in the bench. X-Forwarded-For names the
-# client as nginx saw it, whatever the client sent.
-HTTP_LOCATION = """        location / {
-            proxy_pass http://app;
-            proxy_http_version 1.1;
-            proxy_request_buffering on;
-            proxy_buffering on;
-            proxy_set_header Host $http_host;
-            proxy_set_header X-Forwarded-For $remote_addr;
-            proxy_set_header X-Real-IP $remote_addr;
-            proxy_set_header X-Forwarded-Proto $forwarded_proto;
-            proxy_set_header Connection "";
-            proxy_read_timeout 40s;
-        }
-"""
-# nginx's idle timeout on its upstream connections: below every HTTP upstream's own (HAProxy's
-# `timeout http-keep-alive` 10 s in deploy/cluster/haproxy.cfg, gunicorn's keepalive 5 s, uvicorn's
-# --timeout-keep-alive 5 s, granian's 30 s), so nginx closes an idle connection before the upstream
-# does and never sends a request on one the upstream is closing: nginx does not resend a POST that
-# failed once sent, so the client would get its 502 (our 503) (tests/test_upstream_keepalive.py).
-UPSTREAM_IDLE_S = 4
-
-
-def http_upstream(keepalive: bool, idle_s: int = UPSTREAM_IDLE_S):
-    """An edit for render_nginx_conf: proxy_pass to an HTTP upstream in place of uwsgi_pass, with
-    upstream keep-alive (as nginx's users configure it; idle connections closed after `idle_s`)
-    or a new connection per request."""
+def http_upstream(keepalive: bool, idle_s: int = UPSTREAM_IDLE_S, read_timeout_s: int = READ_TIMEOUT_S):
+    """An edit for render_nginx_conf: nginx's upstream keep-alive (as nginx's users configure it;
+    idle connections closed after `idle_s`) or a new connection per request, and `read_timeout_s`
+    to wait for an answer. The cluster's front and the bench's other app servers use it."""
 
     def edit(text: str) -> str:
-        text, found = re.subn(
-            r"        location / \{\n.*?\n        \}\n", lambda _: HTTP_LOCATION, text, count=1, flags=re.S
-        )
-        if not found:
-            raise RuntimeError("deploy/nginx.conf has no `location / {` block")
-        # One HTTP upstream takes every path: the admin's locations go.
-        text = re.sub(
-            r"        # The admin's.*?\n(        location [^{]+\{\n.*?\n        \}\n)+", "", text, count=1, flags=re.S
-        )
-        if keepalive:
-            upstream = rf"\1        keepalive 32;\n        keepalive_timeout {idle_s}s;\n"
-            text = re.sub(r"(        server [^;]+;\n)", upstream, text, count=1)
+        def upstream_block(match: re.Match) -> str:
+            block = re.sub(r"keepalive_timeout \d+s;", f"keepalive_timeout {idle_s}s;", match.group())
+            return block if keepalive else re.sub(r"\n *keepalive(_timeout|_requests)? [^;]+;", "", block)
+
+        text, blocks = re.subn(r"upstream app \{[^}]*keepalive_timeout \d+s;[^}]*\}", upstream_block, text)
+        text, timeouts = re.subn(r"proxy_read_timeout \d+s;", f"proxy_read_timeout {read_timeout_s}s;", text)
+        if (blocks, timeouts) != (1, 1):
+            raise RuntimeError("deploy/nginx.conf has no upstream keepalive_timeout or no proxy_read_timeout")
         return text
 
     return edit
@@ -120,11 +108,11 @@ def empty_metrics_folder(folder: Path) -> None:
 
 
 class Unit:
-    """nginx on `listen` (host:port) in front of the app server (`app_command`, default uWSGI as
+    """nginx on `listen` (host:port) in front of the app server (`app_command`, default Granian as
     deploy/app_server.py runs it; `{socket}` in it names the socket) and, with `admin_server`, the
     admin's own app server for /admin and /static/ (one worker, two threads), each on a unix socket
-    in the unit's own temp folder, removed when it stops. Both serve the same settings: the API's
-    with PLANTS_SERVE_ADMIN off, so it runs none of the admin's apps and middleware (README, The admin).
+    in the unit's own temp folder, removed when it stops. Both serve the same settings, the API's
+    with PLANTS_SERVE_ADMIN off: it runs none of the admin's apps and middleware (README, The admin).
 
     `env` is the app servers' environment (settings; PLANTS_TRUSTED_PROXIES is nginx's too);
     output goes to `log`, or to this process's stdout. start(), reload() and stop() are the
@@ -144,8 +132,8 @@ class Unit:
         admin_server: bool = True,
     ):
         self.listen, self.env, self.log_path, self.supervised, self.name = listen, env, log, supervised, name
-        self.app_command = app_command or uwsgi_command(env)
-        self.admin_command = uwsgi_command(env, processes=1, threads=2) if admin_server else None
+        self.app_command = app_command or granian_command(env)
+        self.admin_command = granian_command(env, workers=1, threads=2) if admin_server else None
         self.nginx_edit = nginx_edit
         self.proxies = trusted_proxies(env.get("PLANTS_TRUSTED_PROXIES", ""))
         host, _, port = listen.rpartition(":")
@@ -169,13 +157,14 @@ class Unit:
         return [server for server in (self.app, self.admin) if server]
 
     def launch(self) -> None:
-        """Start the app servers, then nginx once their sockets exist; do not wait for /healthz."""
+        """Start the app servers, then nginx once they listen; do not wait for /healthz."""
         self.run_dir = Path(tempfile.mkdtemp(prefix=f"plantstore-{self.name}."))
         self.run_dir.chmod(0o755)  # nginx's workers (nobody, when started as root) reach the sockets through it
         app_env = {
-            # One metrics folder per unit, both app servers' samples in it, inside the unit's folder
-            # unless the environment names one.
+            # One metrics folder per unit, both app servers' samples in it (/metrics sums them),
+            # inside the unit's folder unless the environment names one.
             "PROMETHEUS_MULTIPROC_DIR": str(self.run_dir / "metrics"),
+            **APP_ENVIRONMENT,
             **self.env,
         }
         empty_metrics_folder(Path(app_env["PROMETHEUS_MULTIPROC_DIR"]))
@@ -199,11 +188,23 @@ class Unit:
         self, name: str, command: list[str], socket_path: Path, env: dict, serve_admin: bool
     ) -> ServerProcess:
         command = [part.format(socket=socket_path) for part in command]
-        server = ServerProcess(
-            name, command, {**env, "PLANTS_SERVE_ADMIN": "1" if serve_admin else "0"}, self.log_path, self.supervised
-        )
+        env = {**env, "PLANTS_SERVE_ADMIN": "1" if serve_admin else "0"}
+        # Granian's environment holds no setting: they are in a file (deploy/app_server.py says why).
+        process_env = app_server_environment(command, env, self.run_dir / f"{name}-settings.json")
+        server = ServerProcess(name, command, process_env, self.log_path, self.supervised)
         server.launch()
-        wait_until(socket_path.exists, server.process, 60, f"{self.name}: the {name} server's socket")
+        # Granian makes its socket at once but listens on it only once a worker has loaded the app:
+        # till then nginx would be refused, and answer 503 itself.
+        wait_until(
+            lambda: accepts_unix_connections(socket_path),
+            server.process,
+            60,
+            f"{self.name}: the {name} server's socket",
+        )
+        if os.geteuid() == 0:
+            # The app server made it 0600, its own (root): nginx's workers (nobody) get it, no one else.
+            uid, gid = pwd.getpwnam(NGINX_WORKER_USER).pw_uid, grp.getgrnam(NGINX_WORKER_GROUP).gr_gid
+            os.chown(socket_path, uid, gid)
         return server
 
     def _render_nginx_conf(self) -> Path:

@@ -1,5 +1,6 @@
 """Settings for the Plant Store service, read from the environment (see README)."""
 
+import json
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -10,8 +11,21 @@ from django.core.exceptions import ImproperlyConfigured
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
+def settings_environment() -> dict[str, str]:
+    """The variables the settings are read from: the process environment, and over it those in the
+    JSON file PLANTS_SETTINGS_FILE names, if set. A unit starts its app server that way, with no
+    setting in its process environment, which Granian copies into every request's environ
+    (deploy/app_server.py: app_server_environment)."""
+    path = os.environ.get("PLANTS_SETTINGS_FILE")
+    return {**os.environ, **(json.loads(Path(path).read_text()) if path else {})}
+
+
+# Lower case: not a setting (django.conf.settings holds only upper-case names), so no page lists it.
+environment = settings_environment()
+
+
 def env_bool(name: str, default: bool = False) -> bool:
-    value = os.environ.get(name)
+    value = environment.get(name)
     if value is None or value == "":
         return default
     if value.lower() in {"1", "true", "yes", "on"}:
@@ -22,7 +36,7 @@ def env_bool(name: str, default: bool = False) -> bool:
 
 
 def env_int(name: str, default: int) -> int:
-    value = os.environ.get(name) or str(default)
+    value = environment.get(name) or str(default)
     try:
         return int(value)
     except ValueError:
@@ -30,12 +44,12 @@ def env_int(name: str, default: int) -> int:
 
 
 def env_list(name: str, default: str) -> list[str]:
-    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+    return [item.strip() for item in environment.get(name, default).split(",") if item.strip()]
 
 
 DEBUG = env_bool("DJANGO_DEBUG")
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
+SECRET_KEY = environment.get("DJANGO_SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured(
@@ -144,7 +158,7 @@ DEFAULT_DATABASE_URL = f"sqlite:///{BASE_DIR / 'db.sqlite3'}"
 try:
     DATABASES = {
         "default": dj_database_url.parse(
-            os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL,
+            environment.get("DATABASE_URL") or DEFAULT_DATABASE_URL,
             conn_max_age=env_int("DJANGO_CONN_MAX_AGE", 60),
             conn_health_checks=True,
         )
@@ -179,7 +193,7 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT") or BASE_DIR / "staticfiles")
+STATIC_ROOT = Path(environment.get("DJANGO_STATIC_ROOT") or BASE_DIR / "staticfiles")
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
@@ -200,20 +214,20 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS
 SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", default=False)
 SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", default=not DEBUG)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
-if proxy_header := os.environ.get("DJANGO_SECURE_PROXY_SSL_HEADER"):
+if proxy_header := environment.get("DJANGO_SECURE_PROXY_SSL_HEADER"):
     # e.g. HTTP_X_FORWARDED_PROTO when a TLS-terminating proxy sets X-Forwarded-Proto: https
     SECURE_PROXY_SSL_HEADER = (proxy_header, "https")
 
 # The API's own limits.
 PLANTS_MAX_BODY_BYTES = env_int("PLANTS_MAX_BODY_BYTES", 4096)
 # Requests per token per window, as DRF reads a rate (checked at start-up by plants.throttling).
-PLANTS_THROTTLE_RATE = os.environ.get("PLANTS_THROTTLE_RATE", "600/minute")  # empty: no throttle
+PLANTS_THROTTLE_RATE = environment.get("PLANTS_THROTTLE_RATE", "600/minute")  # empty: no throttle
 # The counters' store: Redis when set (every server shares the limit), else a counters file in
 # PLANTS_THROTTLE_DIR that all worker processes of this server map (plants/rate_stores.py).
-REDIS_URL = os.environ.get("REDIS_URL", "")
-PLANTS_THROTTLE_DIR = os.environ.get("PLANTS_THROTTLE_DIR", "")
+REDIS_URL = environment.get("REDIS_URL", "")
+PLANTS_THROTTLE_DIR = environment.get("PLANTS_THROTTLE_DIR", "")
 # /metrics answers only requests bearing this token (Prometheus' `authorization` setting); unset, it is a 404.
-PLANTS_METRICS_TOKEN = os.environ.get("PLANTS_METRICS_TOKEN", "")
+PLANTS_METRICS_TOKEN = environment.get("PLANTS_METRICS_TOKEN", "")
 if PLANTS_METRICS_TOKEN and len(PLANTS_METRICS_TOKEN) < 32:
     raise ImproperlyConfigured(
         "PLANTS_METRICS_TOKEN must be at least 32 characters; generate one with: "
@@ -268,7 +282,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
         "plants.requests": {"handlers": ["console"], "level": "INFO", "propagate": False},
-        "plants": {"handlers": ["console"], "level": os.environ.get("PLANTS_LOG_LEVEL", "INFO"), "propagate": False},
+        "plants": {"handlers": ["console"], "level": environment.get("PLANTS_LOG_LEVEL", "INFO"), "propagate": False},
         # Our request log replaces Django's per-request warnings ("Not Found: /x").
         "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
         # A disallowed Host or admin lookup is the client's mistake: one WARNING line, no traceback.

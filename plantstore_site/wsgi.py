@@ -1,4 +1,4 @@
-"""WSGI entry point: what uWSGI serves (deploy/app_server.py: `--module plantstore_site.wsgi:application`)."""
+"""WSGI entry point: what Granian serves (deploy/app_server.py: `plantstore_site.wsgi:application`)."""
 
 import os
 

@@ -288,8 +288,8 @@ class MakeServe:
         return next(pid for pid in self.descendants() if name in Path(f"/proc/{pid}/cmdline").read_bytes())
 
     def app_workers(self) -> list[int]:
-        """The app server's workers: the children of its master, the first uWSGI among make serve's processes."""
-        return children(self.pid_of(b"bin/uwsgi"))
+        """The app server's workers: the children of its main process, the first Granian among make serve's processes."""
+        return children(self.pid_of(b"bin/granian"))
 
     def stored_ids(self) -> set[int]:
         with sqlite3.connect(self.database) as connection:

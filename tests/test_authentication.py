@@ -1,5 +1,6 @@
 """Bearer authentication: who gets in, and the 401 answer everyone else gets."""
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -7,6 +8,7 @@ from django.utils import timezone
 
 from plants.models import ApiToken, Plant
 from plants.services import token_issue, tokens_revoke
+from tests.live import request
 
 pytestmark = pytest.mark.django_db
 
@@ -144,3 +146,15 @@ def test_bearer_token_with_non_ascii_characters_returns_401_malformed(api_client
     response = post(api_client, "Bearer plnt_caf\u00e9")
 
     assert_refused(response, MALFORMED, CHALLENGE)
+
+
+@pytest.mark.live
+def test_credentials_in_the_app_server_s_environment_are_not_a_request_s(production_unit, token):
+    # Granian copies its environment into every request's WSGI environ: the unit starts it with none of its
+    # settings (deploy/app_server.py), so an HTTP_* one cannot read as a header.
+    server = production_unit(HTTP_AUTHORIZATION=f"Bearer {token}")
+
+    status, headers, text = request(f"{server.url}/plants", {"id": 1, "name": "Rose"})
+
+    assert (status, headers["WWW-Authenticate"], json.loads(text)) == (401, CHALLENGE, NOT_PROVIDED)
+    assert not Plant.objects.exists()

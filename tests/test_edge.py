@@ -1,5 +1,5 @@
 """The HTTP edge, tried with real sockets, with the same cases in each topology the README offers:
-`make serve` (a production unit: nginx in front of uWSGI) and `make cluster` (nginx, the same edge,
+`make serve` (a production unit: nginx in front of Granian) and `make cluster` (nginx, the same edge,
 in front of HAProxy in front of such units)."""
 
 import http.client

@@ -9,6 +9,7 @@ from threading import Barrier
 
 from django.db import connection
 
+from deploy.processes import wait_until
 from plants.models import Plant
 from tests.live import Load, create_many, request
 
@@ -61,7 +62,8 @@ def test_every_plant_answered_200_is_stored_when_a_worker_is_killed(production_u
 
     with Load(f"{server.url}/plants", token, limit=3000) as load:
         load.wait_for(1000)
-        os.kill(server.worker_pids()[0], signal.SIGKILL)
+        killed = server.worker_pids()[0]
+        os.kill(killed, signal.SIGKILL)
         for thread in load.threads:
             thread.join(timeout=120)
 
@@ -70,6 +72,8 @@ def test_every_plant_answered_200_is_stored_when_a_worker_is_killed(production_u
     assert created <= stored
     assert len(created) >= 2900  # only requests in flight in the killed worker may have failed
     assert_every_answer_is_json(load)
+    # The app server started a worker in the killed one's place.
+    wait_until(lambda: len(set(server.worker_pids()) - {killed}) == 2, None, 30, "a worker in the killed one's place")
 
 
 def pg_ctl(action: str) -> None:

@@ -41,7 +41,7 @@ def test_make_serve_migrates_collects_static_and_serves_through_nginx_with_one_l
     time.sleep(0.5)
     output = served.log()
     assert "manage.py migrate" in output
-    assert output.count("/no-such-page") == 1  # the app's request log line; uWSGI's is off
+    assert output.count("/no-such-page") == 1  # the app's request log line; Granian's is off
 
 
 def test_trace_is_refused_by_nginx_with_an_error_body_and_the_allowed_methods(served):
@@ -78,6 +78,21 @@ def test_forwarded_proto_is_believed_only_from_a_trusted_proxy(tmp_path):
     assert health[0] == 200
 
 
+def test_only_nginx_s_workers_may_open_the_app_server_s_socket(served):
+    nginx_worker = next(
+        pid for pid in served.descendants() if b"nginx: worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    )
+    uid, gid = (
+        int(line.split()[1])
+        for line in Path(f"/proc/{nginx_worker}/status").read_text().splitlines()
+        if line.startswith(("Uid:", "Gid:"))
+    )
+    socket = unit_folder(served) / "app.sock"
+
+    # (As root nginx's workers are nobody; the app server, root, made the socket: the unit gives it to them.)
+    assert (socket.stat().st_mode & 0o777, socket.stat().st_uid, socket.stat().st_gid) == (0o600, uid, gid)
+
+
 def test_sighup_reloads_with_new_workers_under_load_without_a_failed_request(served):
     token = served.token()
     old_workers = set(served.descendants())
@@ -87,7 +102,7 @@ def test_sighup_reloads_with_new_workers_under_load_without_a_failed_request(ser
         load.wait_for(100)
         os.kill(served.pid_of(b"deploy/serve.py"), signal.SIGHUP)
         deadline = time.monotonic() + 30
-        while "spawned uWSGI worker 2" not in served.log().split("reloading", 1)[-1] and time.monotonic() < deadline:
+        while "Stopped old worker-2" not in served.log().split("reloading", 1)[-1] and time.monotonic() < deadline:
             time.sleep(0.1)
         answered_at_reload = len(load.answers)
         load.wait_for(answered_at_reload + 300, timeout=60)
@@ -97,7 +112,7 @@ def test_sighup_reloads_with_new_workers_under_load_without_a_failed_request(ser
     assert [(status, text) for _, status, _, text, _ in load.answers if status != 200] == []
     assert load.ids_with(200) <= served.stored_ids()
     workers = set(served.descendants())
-    master = served.pid_of(b"bin/uwsgi")  # the first: the master, parent of the workers
+    master = served.pid_of(b"bin/granian")  # the first: the main process, parent of the workers
     new_workers = {pid for pid in workers if Path(f"/proc/{pid}/stat").exists() and pid not in old_workers}
     assert master in old_workers  # the same server, its socket kept
     assert len(new_workers) >= 2, served.log()  # every worker replaced: the new code is loaded by them

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from django.test import Client
 
+from tests.live import request
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -146,3 +148,32 @@ def test_database_connections_are_closed_after_each_request():
     finished = [entry[1]() for entry in request_finished.receivers]  # (key, weak reference, is_async)
     started = [entry[1]() for entry in request_started.receivers]
     assert close_old_connections in finished and close_old_connections in started
+
+
+def test_settings_in_the_file_plants_settings_file_names_are_read_over_the_environment(tmp_path):
+    settings_file = tmp_path / "settings.json"
+    settings_file.write_text(json.dumps({"DJANGO_SECRET_KEY": "from-the-file-" + "x" * 40}))
+
+    result = manage_check(PLANTS_SETTINGS_FILE=str(settings_file))
+
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.live
+def test_no_setting_and_no_http_variable_of_the_unit_s_environment_reaches_request_meta(production_unit):
+    metrics_token = "metrics-" + "m" * 40
+    server = production_unit(
+        DJANGO_SETTINGS_MODULE="tests.live_settings",  # production's, and tests/urls.py's /test/meta
+        PLANTS_METRICS_TOKEN=metrics_token,
+        HTTP_X_FROM_THE_ENVIRONMENT="1",  # would read as a header X-From-The-Environment
+    )
+
+    status, _, text = request(f"{server.url}/test/meta")
+    metrics = request(f"{server.url}/metrics", token=metrics_token)
+
+    names = set(json.loads(text)["names"])
+    settings = {"DJANGO_SECRET_KEY", "DATABASE_URL", "PLANTS_METRICS_TOKEN", "DJANGO_ALLOWED_HOSTS", "APP_PROCESSES"}
+    assert status == 200
+    assert names & {*settings, "HTTP_X_FROM_THE_ENVIRONMENT"} == set()
+    assert {"REQUEST_METHOD", "PATH_INFO", "HTTP_HOST", "HTTP_X_REAL_IP"} <= names  # the request's own are there
+    assert metrics[0] == 200  # the settings reach the app all the same: its metrics token is known

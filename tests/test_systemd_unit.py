@@ -316,10 +316,14 @@ class InstalledService:
     def nginx_master(self) -> int:
         return next(pid for pid in children(self.process.pid) if b"nginx" in command_line(pid))
 
-    def app_workers(self) -> set[int]:
-        """The app server's workers: the children of serve.py's child that is not nginx."""
+    def app_server(self) -> int:
+        """The app server's main process: serve.py's child that is not nginx."""
         [app] = [pid for pid in children(self.process.pid) if b"nginx" not in command_line(pid)]
-        return set(children(app))
+        return app
+
+    def app_workers(self) -> set[int]:
+        """The app server's workers: its main process's children."""
+        return set(children(self.app_server()))
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
@@ -330,6 +334,11 @@ def command_line(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except FileNotFoundError:
         return b""
+
+
+def environment_names(pid: int) -> set[str]:
+    """The names of the variables a process was started with."""
+    return {item.split(b"=", 1)[0].decode() for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if item}
 
 
 def privileges(pid: int) -> dict[str, str]:
@@ -386,7 +395,13 @@ def test_its_command_serves_as_an_unprivileged_user_reloads_without_a_failed_req
         for pid in processes
     }
 
+    # Granian copies its environment into every request's environ: none of the settings are in it
+    # (deploy/app_server.py), the secrets among them; they reach the app in a file.
     old_workers = service.app_workers()
+    app_environments = {pid: environment_names(pid) for pid in [service.app_server(), *old_workers]}
+    assert app_environments == {
+        pid: {"PATH", "PROMETHEUS_MULTIPROC_DIR", "PLANTS_SETTINGS_FILE"} for pid in app_environments
+    }
     nginx = service.nginx_master()
     folder = Path(command_line(nginx).decode().split("-p ")[1].split(" ")[0])  # the unit's temp folder
     # In the unit's own /tmp: there for its processes, not for the machine's.

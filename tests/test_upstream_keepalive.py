@@ -1,8 +1,9 @@
-"""nginx's upstream keep-alive (deploy/unit.py: http_upstream) against an upstream that closes idle
-connections: nginx's idle timeout must be below the upstream's, or a POST lands on a connection the
-upstream is closing and the client loses it (nginx does not resend a POST it has sent). Real nginx,
-rendered as the cluster's front renders it, in front of a stub upstream whose idle close leaves a
-wide, deterministic window for that race (a real server's is microseconds)."""
+"""nginx's upstream keep-alive (deploy/nginx.conf, deploy/unit.py: http_upstream) against an upstream
+that closes idle connections: nginx's idle timeout must be below the upstream's, or a POST lands on a
+connection the upstream is closing and the client loses it (nginx does not resend a POST it has
+sent). Real nginx, rendered as the cluster's front renders it, in front of a stub upstream whose idle
+close leaves a wide, deterministic window for that race (a real server's is microseconds); then the
+rule for each upstream nginx keeps connections to: HAProxy behind the front, Granian in each unit."""
 
 import json
 import os
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from deploy.app_server import granian_command
 from deploy.cluster import HAProxy
 from deploy.processes import ROOT, ServerProcess, accepts_connections, free_port, wait_until
 from deploy.unit import UPSTREAM_IDLE_S, http_upstream, nginx_command, render_nginx_conf
@@ -228,3 +230,45 @@ def test_haproxy_keeps_an_idle_connection_from_the_front_open_longer_than_the_fr
 
     assert re.search(r"(?m)^\s*timeout http-keep-alive ", template), "set it explicitly, above the front's"
     assert nginx_upstream_idle_s(tmp_path) < haproxy_keep_alive_s(haproxy.config.read_text())
+
+
+def unit_nginx_conf(tmp_path: Path) -> str:
+    """The nginx config every production unit renders (deploy/unit.py: Unit), in front of its socket."""
+    return render_nginx_conf(tmp_path, "unix:/run/app.sock", "127.0.0.1:2", []).read_text()
+
+
+def granian_option(name: str) -> int:
+    """An option's value in the command every unit runs Granian with (deploy/app_server.py)."""
+    return int(next(part.split("=", 1)[1] for part in granian_command({}) if part.startswith(f"--{name}=")))
+
+
+def test_granian_keeps_an_idle_connection_from_the_unit_s_nginx_open_longer_than_nginx_does(tmp_path):
+    conf = unit_nginx_conf(tmp_path)
+    nginx_idle_s = int(re.search(r"(?s)upstream app \{[^}]*keepalive_timeout (\d+)s;", conf).group(1))
+
+    # Granian closes a kept-alive connection that has waited this long for its next request's headers.
+    assert nginx_idle_s < granian_option("http1-header-read-timeout") / 1000
+
+
+def test_each_granian_worker_takes_more_connections_than_nginx_keeps_idle(tmp_path):
+    conf = unit_nginx_conf(tmp_path)
+    idle_per_nginx_worker = int(re.search(r"(?s)upstream app \{[^}]*keepalive (\d+);", conf).group(1))
+    nginx_workers = int(re.search(r"(?m)^worker_processes (\d+);", conf).group(1))
+
+    # An idle kept-alive connection holds one of a worker's --backpressure places, and every idle
+    # connection nginx keeps may be on one worker: it must still take new connections.
+    assert granian_option("backpressure") > idle_per_nginx_worker * nginx_workers
+
+
+def test_unit_s_app_server_answers_on_a_connection_left_idle_longer_than_nginx_s_idle_timeout(production_unit):
+    server = production_unit()
+    answers = []
+    with socket.socket(socket.AF_UNIX) as conn:  # as nginx connects to the app server
+        conn.settimeout(10)
+        conn.connect(str(server.socket_path))
+        for pause in (UPSTREAM_IDLE_S + 1, 0):
+            conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            answers.append(conn.recv(65536).partition(b"\r\n")[0])
+            time.sleep(pause)
+
+    assert answers == [b"HTTP/1.1 200 OK"] * 2

@@ -31,8 +31,14 @@ def plain(request):
     return JsonResponse({"method": request.method})
 
 
+def request_meta_names(request):
+    """The names in request.META: the WSGI environ the app server built for this request."""
+    return JsonResponse({"names": sorted(request.META)})
+
+
 urlpatterns = [
     *urlpatterns,
+    path("test/meta", request_meta_names),
     path("test/raise/<str:kind>", RaisingView.as_view()),
     path("test/plain", plain),
 ]

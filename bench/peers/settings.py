@@ -4,13 +4,17 @@ Idiomatic on purpose: the default apps and middleware, persistent connections as
 cookiecutter-django sets them (CONN_MAX_AGE 60), no request log (Django's default logging).
 """
 
+import json
 import os
+from pathlib import Path
 
 import dj_database_url
 
-SECRET_KEY = os.environ["DJANGO_SECRET_KEY"]
+# The unit starts Granian with the settings in this file, not in its environment (deploy/app_server.py).
+environment = json.loads(Path(os.environ["PLANTS_SETTINGS_FILE"]).read_text())
+SECRET_KEY = environment["DJANGO_SECRET_KEY"]
 DEBUG = False
-ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1").split(",")
+ALLOWED_HOSTS = environment.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1").split(",")
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -43,7 +47,7 @@ TEMPLATES = [
         },
     }
 ]
-DATABASES = {"default": dj_database_url.config(conn_max_age=60)}
+DATABASES = {"default": dj_database_url.parse(environment["DATABASE_URL"], conn_max_age=60)}
 USE_TZ = True
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
