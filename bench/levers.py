@@ -38,6 +38,8 @@ VARIANTS = {
         {"BENCH_LEVERS": "per-instance-fields"},
     ),
     "extras-off": ("all three of: rate limit, request log, metrics off", EXTRAS_OFF),
+    "threads-2": ("2 threads per process (`APP_THREADS=2`)", {"APP_THREADS": "2"}),
+    "threads-8": ("8 threads per process (`APP_THREADS=8`)", {"APP_THREADS": "8"}),
 }
 
 
