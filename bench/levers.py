@@ -33,6 +33,10 @@ VARIANTS = {
     "no-throttle": ("rate limit off (`PLANTS_THROTTLE_RATE=`)", {"PLANTS_THROTTLE_RATE": ""}),
     "no-request-log": ("request log off (plants.requests at WARNING)", {"BENCH_LEVERS": "no-request-log"}),
     "no-metrics": ("metrics middleware off", {"BENCH_LEVERS": "no-metrics"}),
+    "no-admin-middleware": (
+        "the admin's middleware off (sessions, CSRF, auth, messages, WhiteNoise, axes): serving the admin apart",
+        {"BENCH_LEVERS": "no-admin-middleware"},
+    ),
     "per-instance-fields": (
         "the serializer's fields bound per instance, as DRF does (the seam `shared_bound_fields` undone)",
         {"BENCH_LEVERS": "per-instance-fields"},

@@ -259,8 +259,7 @@ def report(rounds: dict, peak_rss: dict) -> None:
         f"- Machine: {machine()}",
         f"- Service: `make serve`'s production unit: nginx (`deploy/nginx.conf`) in front of Granian "
         f"(`deploy/app_server.py`: {ENV['APP_PROCESSES']} processes × {ENV['APP_THREADS']} threads, nginx's upstream "
-        "keep-alive; the API's app server without the admin's apps and middleware, the admin's own beside it), "
-        "debug off, `bench.settings` (production settings plus the bare view's URL); "
+        "keep-alive), debug off, `bench.settings` (production settings plus the bare view's URL); "
         "the bare view is served by the same unit",
         f"- FastAPI peer: `bench/peers/fastapi_app.py` (FastAPI, strict pydantic v2, asyncpg), uvicorn with "
         f"{PEER_WORKERS} workers, uvloop and httptools, access log on, behind the same nginx with upstream "
@@ -271,7 +270,7 @@ def report(rounds: dict, peak_rss: dict) -> None:
         "viewset) and `bench/peers/ninja_peer` (a pydantic Schema, HttpBearer), startproject's apps and "
         "middleware, CONN_MAX_AGE 60, no request log; the service's Granian settings behind the same nginx, "
         "from their own venv (`.venv/django-peers`, pins in `bench/peers/requirements-django.txt`)",
-        "- CPU per request counts every process of the target: nginx's and the app servers' (the admin's idle)",
+        "- CPU per request counts every process of the target: nginx's and the app server's",
         "- Database: a throwaway PostgreSQL on 127.0.0.1 (TCP), fsync off, pg_stat_statements loaded",
         f"- Load: `wrk -t{WRK_THREADS} -c{CONNECTIONS} -d{SECONDS}s -s bench/create.lua`, on the same machine; "
         f"{ROUNDS} rounds, each running all {len(TARGETS)} (rotating which goes first), after a warm-up of each",

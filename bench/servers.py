@@ -15,22 +15,13 @@ DJANGO_PEERS_BIN = ROOT / ".venv" / "django-peers" / "bin"
 PEER_WORKERS = 2
 
 
-def unit(
-    name: str,
-    log_dir: Path,
-    app_command: list[str] | None = None,
-    nginx_edit=None,
-    admin_server: bool = True,
-    **env: str,
-) -> Unit:
-    """A unit on a free loopback port, its log in `log_dir`; Granian as production runs it unless
-    `app_command`; with the admin's app server beside it unless `admin_server` is false (a peer's)."""
+def unit(name: str, log_dir: Path, app_command: list[str] | None = None, nginx_edit=None, **env: str) -> Unit:
+    """A unit on a free loopback port, its log in `log_dir`; Granian as production runs it unless `app_command`."""
     port = free_port()
     settings = {**os.environ, **env}
     command = app_command or granian_command(settings, "bench.wsgi:application")
-    log = log_dir / f"{name}-{port}.log"
     return Unit(
-        f"127.0.0.1:{port}", settings, command, log, name=name, nginx_edit=nginx_edit, admin_server=admin_server
+        f"127.0.0.1:{port}", settings, command, log_dir / f"{name}-{port}.log", name=name, nginx_edit=nginx_edit
     )
 
 
@@ -43,7 +34,7 @@ def django_peer(peer: str, log_dir: Path, **env: str) -> Unit:
     """A Django peer (bench/peers/<peer>_peer) under the service's app server and settings, from its own venv."""
     settings = {**os.environ, **env, "DJANGO_SETTINGS_MODULE": f"bench.peers.{peer}_peer.settings"}
     command = granian_command(settings, f"bench.peers.{peer}_peer.wsgi:application", bin_dir=DJANGO_PEERS_BIN)
-    return unit(peer, log_dir, command, admin_server=False, **settings)
+    return unit(peer, log_dir, command, **settings)
 
 
 def fastapi_peer(log_dir: Path) -> Unit:
@@ -52,7 +43,7 @@ def fastapi_peer(log_dir: Path) -> Unit:
     command = [str(PEER_PYTHON), "-m", "uvicorn", "bench.peers.fastapi_app:app", "--uds", "{socket}"]
     command += ["--workers", str(PEER_WORKERS), "--loop", "uvloop", "--http", "httptools", "--log-level", "info"]
     command += ["--timeout-keep-alive", "5"]
-    return unit("fastapi", log_dir, command, http_upstream(keepalive=True), admin_server=False)
+    return unit("fastapi", log_dir, command, http_upstream(keepalive=True))
 
 
 def gunicorn_command(workers: int, threads: int, worker_class: str) -> list[str]:

@@ -1,5 +1,4 @@
-"""The production unit: nginx on the public address in front of two app servers on unix sockets, the
-API's and the admin's (/admin and /static/).
+"""The production unit: nginx on the public address in front of the app server on a unix socket.
 
 Defined once, here: `make serve` runs one (deploy/serve.py), `make cluster` runs several behind
 HAProxy (deploy/cluster.py), and the tests and the bench start theirs through this class, so what
@@ -45,12 +44,9 @@ def trusted_proxies(value: str) -> list[str]:
     return proxies
 
 
-def render_nginx_conf(
-    run_dir: Path, upstream: str, listen: str, proxies: list[str], edit=None, admin_upstream: str | None = None
-) -> Path:
-    """deploy/nginx.conf for nginx listening on `listen`, in front of `upstream` (unix:/path) and, for
-    /admin and /static/, `admin_upstream` (default: `upstream` too); `edit(text)`, if given, changes
-    the result (the bench puts other app servers behind it)."""
+def render_nginx_conf(run_dir: Path, upstream: str, listen: str, proxies: list[str], edit=None) -> Path:
+    """deploy/nginx.conf for nginx listening on `listen`, in front of `upstream` (unix:/path);
+    `edit(text)`, if given, changes the result (the bench puts other app servers behind it)."""
     real_ip = "".join(f"set_real_ip_from {proxy};\n        " for proxy in proxies)
     if proxies:
         # The client is the last address in X-Forwarded-For that is not a trusted proxy's.
@@ -63,7 +59,6 @@ def render_nginx_conf(
         "@LISTEN@": listen,
         "@RUN_DIR@": str(run_dir),
         "@UPSTREAM@": upstream,
-        "@ADMIN_UPSTREAM@": admin_upstream or upstream,
         "@UPSTREAM_IDLE@": f"{UPSTREAM_IDLE_S}s",
         "@READ_TIMEOUT@": f"{READ_TIMEOUT_S}s",
         "@REAL_IP@": real_ip,
@@ -109,15 +104,12 @@ def empty_metrics_folder(folder: Path) -> None:
 
 class Unit:
     """nginx on `listen` (host:port) in front of the app server (`app_command`, default Granian as
-    deploy/app_server.py runs it; `{socket}` in it names the socket) and, with `admin_server`, the
-    admin's own app server for /admin and /static/ (one worker, two threads), each on a unix socket
-    in the unit's own temp folder, removed when it stops. Both serve the same settings, the API's
-    with PLANTS_SERVE_ADMIN off: it runs none of the admin's apps and middleware (README, The admin).
+    deploy/app_server.py runs it; `{socket}` in it names the socket) on a unix socket in the unit's
+    own temp folder, removed when it stops.
 
-    `env` is the app servers' environment (settings; PLANTS_TRUSTED_PROXIES is nginx's too);
+    `env` is the app server's environment (settings; PLANTS_TRUSTED_PROXIES is nginx's too);
     output goes to `log`, or to this process's stdout. start(), reload() and stop() are the
     operator's three moves; kill() is a host dying. `nginx_edit` is the bench's (render_nginx_conf).
-    Without `admin_server` (the bench's peers), the app server takes every path.
     """
 
     def __init__(
@@ -129,11 +121,9 @@ class Unit:
         supervised: bool = False,
         name: str = "unit",
         nginx_edit=None,
-        admin_server: bool = True,
     ):
         self.listen, self.env, self.log_path, self.supervised, self.name = listen, env, log, supervised, name
         self.app_command = app_command or granian_command(env)
-        self.admin_command = granian_command(env, workers=1, threads=2) if admin_server else None
         self.nginx_edit = nginx_edit
         self.proxies = trusted_proxies(env.get("PLANTS_TRUSTED_PROXIES", ""))
         host, _, port = listen.rpartition(":")
@@ -141,39 +131,38 @@ class Unit:
         self.url = f"http://{'127.0.0.1' if host in ('', '0.0.0.0', '*') else host}:{self.port}"
         self.run_dir: Path | None = None
         self.app: ServerProcess | None = None
-        self.admin: ServerProcess | None = None
         self.nginx: ServerProcess | None = None
 
     @property
     def socket_path(self) -> Path:
         return self.run_dir / "app.sock"
 
-    @property
-    def admin_socket_path(self) -> Path:
-        return self.run_dir / "admin.sock"
-
-    @property
-    def app_servers(self) -> list[ServerProcess]:
-        return [server for server in (self.app, self.admin) if server]
-
     def launch(self) -> None:
-        """Start the app servers, then nginx once they listen; do not wait for /healthz."""
+        """Start the app server, then nginx once the app's socket exists; do not wait for /healthz."""
         self.run_dir = Path(tempfile.mkdtemp(prefix=f"plantstore-{self.name}."))
-        self.run_dir.chmod(0o755)  # nginx's workers (nobody, when started as root) reach the sockets through it
+        self.run_dir.chmod(0o755)  # nginx's workers (nobody, when started as root) reach the socket through it
         app_env = {
-            # One metrics folder per unit, both app servers' samples in it (/metrics sums them),
-            # inside the unit's folder unless the environment names one.
+            # One metrics folder per server, inside the unit's folder unless the environment names one.
             "PROMETHEUS_MULTIPROC_DIR": str(self.run_dir / "metrics"),
             **APP_ENVIRONMENT,
             **self.env,
         }
         empty_metrics_folder(Path(app_env["PROMETHEUS_MULTIPROC_DIR"]))
-        self.app = self._launch_app_server("app", self.app_command, self.socket_path, app_env, serve_admin=False)
-        if self.admin_command:
-            self.admin = self._launch_app_server(
-                "admin", self.admin_command, self.admin_socket_path, app_env, serve_admin=True
-            )
-        conf = self._render_nginx_conf()
+        command = [part.format(socket=self.socket_path) for part in self.app_command]
+        # Granian's environment holds no setting: they are in a file (deploy/app_server.py says why).
+        process_env = app_server_environment(command, app_env, self.run_dir / "app-settings.json")
+        self.app = ServerProcess("app", command, process_env, self.log_path, self.supervised)
+        self.app.launch()
+        # Granian makes its socket at once but listens on it only once a worker has loaded the app:
+        # till then nginx would be refused, and answer 503 itself.
+        wait_until(
+            lambda: accepts_unix_connections(self.socket_path), self.app.process, 60, f"{self.name}: the app's socket"
+        )
+        if os.geteuid() == 0:
+            # The app server made it 0600, its own (root): nginx's workers (nobody) get it, no one else.
+            uid, gid = pwd.getpwnam(NGINX_WORKER_USER).pw_uid, grp.getgrnam(NGINX_WORKER_GROUP).gr_gid
+            os.chown(self.socket_path, uid, gid)
+        conf = render_nginx_conf(self.run_dir, f"unix:{self.socket_path}", self.listen, self.proxies, self.nginx_edit)
         self.nginx = ServerProcess(
             "nginx",
             nginx_command(self.run_dir, conf),
@@ -184,42 +173,12 @@ class Unit:
         )
         self.nginx.launch()
 
-    def _launch_app_server(
-        self, name: str, command: list[str], socket_path: Path, env: dict, serve_admin: bool
-    ) -> ServerProcess:
-        command = [part.format(socket=socket_path) for part in command]
-        env = {**env, "PLANTS_SERVE_ADMIN": "1" if serve_admin else "0"}
-        # Granian's environment holds no setting: they are in a file (deploy/app_server.py says why).
-        process_env = app_server_environment(command, env, self.run_dir / f"{name}-settings.json")
-        server = ServerProcess(name, command, process_env, self.log_path, self.supervised)
-        server.launch()
-        # Granian makes its socket at once but listens on it only once a worker has loaded the app:
-        # till then nginx would be refused, and answer 503 itself.
-        wait_until(
-            lambda: accepts_unix_connections(socket_path),
-            server.process,
-            60,
-            f"{self.name}: the {name} server's socket",
-        )
-        if os.geteuid() == 0:
-            # The app server made it 0600, its own (root): nginx's workers (nobody) get it, no one else.
-            uid, gid = pwd.getpwnam(NGINX_WORKER_USER).pw_uid, grp.getgrnam(NGINX_WORKER_GROUP).gr_gid
-            os.chown(socket_path, uid, gid)
-        return server
-
-    def _render_nginx_conf(self) -> Path:
-        admin_upstream = f"unix:{self.admin_socket_path}" if self.admin_command else None
-        return render_nginx_conf(
-            self.run_dir, f"unix:{self.socket_path}", self.listen, self.proxies, self.nginx_edit, admin_upstream
-        )
-
     def wait_ready(self, expect_health: int = 200, timeout: float = 60) -> None:
         """Wait until /healthz through nginx answers `expect_health`; RuntimeError with the log if not."""
 
         def ready() -> bool:
-            for server in self.app_servers:
-                if not server.running():
-                    raise RuntimeError(f"{self.name}: the {server.name} server exited ({server.process.returncode})")
+            if not self.app.running():
+                raise RuntimeError(f"{self.name}: the app server exited ({self.app.process.returncode})")
             return http_status(f"{self.url}/healthz") == expect_health
 
         try:
@@ -238,32 +197,28 @@ class Unit:
         return self
 
     def reload(self) -> None:
-        """A graceful reload, for a new version: nginx re-reads its (re-rendered) config and each app
+        """A graceful reload, for a new version: nginx re-reads its (re-rendered) config and the app
         server starts new workers with the new code while the old ones finish their requests."""
-        self._render_nginx_conf()
-        for server in self.app_servers:
-            server.send(signal.SIGHUP)
+        render_nginx_conf(self.run_dir, f"unix:{self.socket_path}", self.listen, self.proxies, self.nginx_edit)
+        self.app.send(signal.SIGHUP)
         self.nginx.send(signal.SIGHUP)
 
     def running(self) -> bool:
-        servers = [self.nginx, *self.app_servers]
-        return bool(self.app and self.nginx and all(server.running() for server in servers))
+        return bool(self.app and self.nginx and self.app.running() and self.nginx.running())
 
     def stop(self) -> None:
-        """Graceful: nginx stops accepting and finishes what it holds (SIGQUIT), then the app servers
-        finish their requests (SIGTERM); the unit's folder goes."""
+        """Graceful: nginx stops accepting and finishes what it holds (SIGQUIT), then the app server
+        finishes its requests (SIGTERM); the unit's folder goes."""
         if self.nginx:
             self.nginx.stop(timeout=40, sig=signal.SIGQUIT)
-        for server in self.app_servers:  # both finish their requests at once
-            server.send(signal.SIGTERM)
-        for server in self.app_servers:
-            server.stop(timeout=40, sig=0)  # signal 0 sends nothing: wait, then SIGKILL if it is still there
+        if self.app:
+            self.app.stop(timeout=40)
         if self.run_dir:
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def kill(self) -> None:
         """SIGKILL every process of the unit at once, as a host dying would; start() brings it back."""
-        for server in (self.nginx, *self.app_servers):
+        for server in (self.nginx, self.app):
             for pid in [server.process.pid, *children(server.process.pid)]:
                 try:
                     os.kill(pid, signal.SIGKILL)
@@ -273,11 +228,11 @@ class Unit:
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def pids(self) -> list[int]:
-        """The processes whose CPU this unit's work costs (with their descendants): nginx's, the app servers'."""
-        return [self.nginx.process.pid, *(server.process.pid for server in self.app_servers)]
+        """The processes whose CPU this unit's work costs (with their descendants): nginx's, the app's."""
+        return [self.nginx.process.pid, self.app.process.pid]
 
     def worker_pids(self) -> list[int]:
-        """The API's app server's worker processes (a resource tracker is not one)."""
+        """The app server's worker processes (a resource tracker is not one)."""
         workers = []
         for pid in children(self.app.process.pid):
             try:

@@ -61,65 +61,44 @@ if not SECRET_KEY:
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
 
-# What this process serves. The production unit (deploy/unit.py) runs two app servers behind its
-# nginx: the API's, with PLANTS_SERVE_ADMIN off (the API, its schema and docs, health, metrics), and
-# the admin's, with it on, for /admin/ and /static/. So the API runs none of the admin's apps and
-# middleware: they cost a create 6% of its CPU (BENCHMARKS.md, issue 25). Everything else serves the
-# whole site from one process: manage.py, runserver, the tests.
-SERVE_ADMIN = env_bool("PLANTS_SERVE_ADMIN", default=True)
-
 INSTALLED_APPS = [
+    "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "axes",
     "plants",
 ]
-if SERVE_ADMIN:
-    INSTALLED_APPS = [
-        "django.contrib.admin",
-        "django.contrib.sessions",
-        "django.contrib.messages",
-        "axes",
-    ] + INSTALLED_APPS
 
-# In Django's recommended order. The API's views are csrf_exempt (DRF's) and read no cookie or
-# session; CSRF's middleware stays on the API all the same, for any plain view added later.
-if SERVE_ADMIN:
-    MIDDLEWARE = [
-        "plants.metrics.RequestMetricsMiddleware",  # first, so it times and counts every answer
-        "plants.middleware.RequestLogMiddleware",
-        "django.middleware.security.SecurityMiddleware",
-        "whitenoise.middleware.WhiteNoiseMiddleware",  # the admin's and /docs' static files
-        "django.contrib.sessions.middleware.SessionMiddleware",
-        "django.middleware.common.CommonMiddleware",  # Content-Length on every answer
-        "django.middleware.csrf.CsrfViewMiddleware",
-        "django.contrib.auth.middleware.AuthenticationMiddleware",
-        "django.contrib.messages.middleware.MessageMiddleware",
-        "django.middleware.clickjacking.XFrameOptionsMiddleware",
-        "axes.middleware.AxesMiddleware",  # last, as django-axes requires
-    ]
-else:
-    MIDDLEWARE = [
-        "plants.metrics.RequestMetricsMiddleware",
-        "plants.middleware.RequestLogMiddleware",
-        "django.middleware.security.SecurityMiddleware",
-        "django.middleware.common.CommonMiddleware",
-        "django.middleware.csrf.CsrfViewMiddleware",
-        "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    ]
+# Every request runs all of it, in Django's recommended order. The API's views are csrf_exempt (DRF's),
+# read no cookie or session and set none; under Granian the admin's parts cost a create nothing
+# measurable (serving the admin apart, without them on the API, measured -1% to -2% CPU: noise).
+MIDDLEWARE = [
+    "plants.metrics.RequestMetricsMiddleware",  # first, so it times and counts every answer
+    "plants.middleware.RequestLogMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",  # the admin's and /docs' static files
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",  # Content-Length on every answer
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes requires
+]
 
 # Admin logins: django-axes counts failures per (user name, client address) and per client address,
 # in the database so every worker and server shares them, and refuses that pair, or that client,
 # for a while: never a user name for everyone (anyone could lock the operators out). A client's
 # limit is higher than a pair's: it catches one client guessing across many names, while an
 # office behind one NAT address that mistypes a few passwords is not locked out whole.
-AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
-if SERVE_ADMIN:
-    AUTHENTICATION_BACKENDS.insert(0, "axes.backends.AxesStandaloneBackend")
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
 PLANTS_ADMIN_LOGIN_FAILURES = env_int("PLANTS_ADMIN_LOGIN_FAILURES", 5)
 PLANTS_ADMIN_CLIENT_LOGIN_FAILURES = env_int("PLANTS_ADMIN_CLIENT_LOGIN_FAILURES", 20)
 if not 1 <= PLANTS_ADMIN_LOGIN_FAILURES <= PLANTS_ADMIN_CLIENT_LOGIN_FAILURES:

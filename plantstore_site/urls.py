@@ -1,7 +1,5 @@
-"""URLs: the API at /plants, readiness and liveness, metrics, the OpenAPI schema and docs, and the admin
-(where this process serves it: settings.SERVE_ADMIN)."""
+"""URLs: the API at /plants, readiness and liveness, metrics, the OpenAPI schema and docs, and the admin."""
 
-from django.apps import apps
 from django.contrib import admin
 from django.urls import path
 from drf_spectacular.views import SpectacularJSONAPIView, SpectacularSwaggerView, SpectacularYAMLAPIView
@@ -20,9 +18,8 @@ urlpatterns = [
     path("openapi.json", SpectacularJSONAPIView.as_view(), name="schema-json"),
     path("openapi.yaml", SpectacularYAMLAPIView.as_view(), name="schema-yaml"),
     path("docs", SpectacularSwaggerView.as_view(url_name="schema-json"), name="docs"),
+    path("admin/", admin.site.urls),
 ]
-if apps.is_installed("django.contrib.admin"):
-    urlpatterns.append(path("admin/", admin.site.urls))
 
 handler400 = "plants.views.bad_request"
 handler403 = "plants.views.permission_denied"

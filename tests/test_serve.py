@@ -7,7 +7,6 @@ import json
 import os
 import pty
 import signal
-import socket
 import time
 from pathlib import Path
 
@@ -43,29 +42,6 @@ def test_make_serve_migrates_collects_static_and_serves_through_nginx_with_one_l
     output = served.log()
     assert "manage.py migrate" in output
     assert output.count("/no-such-page") == 1  # the app's request log line; Granian's is off
-
-
-def ask_app_server(sock: Path, path: str) -> tuple[int, str]:
-    """GET `path` from an app server on its unix socket, as nginx asks it: (status, body)."""
-    with socket.socket(socket.AF_UNIX) as conn:
-        conn.settimeout(10)
-        conn.connect(str(sock))
-        conn.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n".encode())
-        answer = b"".join(iter(lambda: conn.recv(65536), b""))
-    head, _, body = answer.partition(b"\r\n\r\n")
-    return int(head.split()[1]), body.decode()
-
-
-def test_the_admin_comes_from_its_own_app_server_and_the_api_s_serves_none_of_it(served):
-    folder = unit_folder(served)
-
-    login = request(f"{served.url}/admin/login/")
-    api_status, api_body = ask_app_server(folder / "app.sock", "/admin/login/")
-
-    assert login[0] == 200 and "<title>Log in" in login[2]
-    assert ask_app_server(folder / "admin.sock", "/admin/login/")[0] == 200
-    assert (api_status, json.loads(api_body)) == (404, {"error": 40400, "message": "No such path: /admin/login/"})
-    assert ask_app_server(folder / "app.sock", "/static/admin/css/base.css")[0] == 404
 
 
 def test_trace_is_refused_by_nginx_with_an_error_body_and_the_allowed_methods(served):
@@ -122,7 +98,7 @@ def test_sighup_reloads_with_new_workers_under_load_without_a_failed_request(ser
     old_workers = set(served.descendants())
 
     # A request waits while the new workers boot (seconds, on a busy machine): slow, never failed.
-    with Load(f"{served.url}/plants", token, clients=4, limit=6000, timeout=30) as load:
+    with Load(f"{served.url}/plants", token, clients=4, limit=3000, timeout=30) as load:
         load.wait_for(100)
         os.kill(served.pid_of(b"deploy/serve.py"), signal.SIGHUP)
         deadline = time.monotonic() + 30

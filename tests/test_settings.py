@@ -74,10 +74,8 @@ def test_start_with_bad_debug_flag_fails_naming_the_variable():
     assert "DJANGO_DEBUG must be a boolean" in result.stderr
 
 
-@pytest.mark.parametrize("serve_admin", ["1", "0"], ids=["whole site", "API app server"])
-def test_deploy_check_passes_with_the_documented_production_settings(serve_admin):
+def test_deploy_check_passes_with_the_documented_production_settings():
     production = {
-        "PLANTS_SERVE_ADMIN": serve_admin,
         "DJANGO_SECRET_KEY": "a-long-random-production-key-0123456789-abcdefghijklmnopqrstuvwxyz",
         "DJANGO_ALLOWED_HOSTS": "plants.example.com",
         "DJANGO_SECURE_SSL_REDIRECT": "1",
@@ -89,32 +87,6 @@ def test_deploy_check_passes_with_the_documented_production_settings(serve_admin
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "System check identified no issues (0 silenced)."
-
-
-def test_api_app_server_serves_no_admin_page_or_static_file():
-    # The unit's API app server (PLANTS_SERVE_ADMIN off, deploy/unit.py), asked directly: nginx sends
-    # /admin/ and /static/ to the admin's app server instead.
-    script = (
-        "import django, json; django.setup(); from django.test import Client; client = Client(); "
-        "print(json.dumps([[r.status_code, r.json()] for r in map(client.get, "
-        "['/admin/login/', '/static/admin/css/base.css'])]))"
-    )
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.settings",
-        "PLANTS_SERVE_ADMIN": "0",
-        "DJANGO_ALLOWED_HOSTS": "testserver",
-    }
-
-    result = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
-    )
-
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == [
-        [404, {"error": 40400, "message": "No such path: /admin/login/"}],
-        [404, {"error": 40400, "message": "No such path: /static/admin/css/base.css"}],
-    ]
 
 
 def test_deploy_check_flags_a_missing_ssl_redirect():
