@@ -78,7 +78,7 @@ INSTALLED_APPS = [
 
 # Every request runs all of it, in Django's recommended order. The API's views are csrf_exempt (DRF's),
 # read no cookie or session and set none; under Granian the admin's parts cost a create nothing
-# measurable (serving the admin apart, without them on the API, measured -1% to -2% CPU: noise).
+# measurable (serving the admin apart, without them on the API, saved no CPU: BENCHMARKS.md, issue 26).
 MIDDLEWARE = [
     "plants.metrics.RequestMetricsMiddleware",  # first, so it times and counts every answer
     "plants.middleware.RequestLogMiddleware",
