@@ -98,7 +98,7 @@ def test_sighup_reloads_with_new_workers_under_load_without_a_failed_request(ser
     old_workers = set(served.descendants())
 
     # A request waits while the new workers boot (seconds, on a busy machine): slow, never failed.
-    with Load(f"{served.url}/plants", token, clients=4, limit=3000, timeout=30) as load:
+    with Load(f"{served.url}/plants", token, clients=4, limit=10_000, timeout=30) as load:
         load.wait_for(100)
         os.kill(served.pid_of(b"deploy/serve.py"), signal.SIGHUP)
         deadline = time.monotonic() + 30

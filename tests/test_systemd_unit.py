@@ -406,7 +406,7 @@ def test_its_command_serves_as_an_unprivileged_user_reloads_without_a_failed_req
     folder = Path(command_line(nginx).decode().split("-p ")[1].split(" ")[0])  # the unit's temp folder
     # In the unit's own /tmp: there for its processes, not for the machine's.
     assert (Path(f"/proc/{nginx}/root{folder}/app.sock").is_socket(), folder.exists()) == (True, False)
-    with Load(f"{service.url}/plants", token, clients=4, limit=3000, timeout=30) as load:
+    with Load(f"{service.url}/plants", token, clients=4, limit=10_000, timeout=30) as load:
         load.wait_for(100)
         service.reload()
         wait_until(
