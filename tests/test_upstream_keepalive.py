@@ -47,8 +47,9 @@ def readable(conn: socket.socket, timeout: float) -> bool:
     return bool(select.select([conn], [], [], timeout)[0])
 
 
-def take_request(buffer: bytes) -> tuple[bytes | None, bytes]:
-    """(the body of the first whole request in `buffer`, what follows it); (None, buffer) while incomplete."""
+def take_message(buffer: bytes) -> tuple[bytes | None, bytes]:
+    """(the body of the first whole HTTP message, request or answer, in `buffer`, what follows it);
+    (None, buffer) while incomplete."""
     head, found, rest = buffer.partition(b"\r\n\r\n")
     if not found:
         return None, buffer
@@ -113,13 +114,13 @@ class IdleClosingUpstream:
                     record.ended_by, record.idle_s = "nginx", time.monotonic() - idle_since
                     return
                 buffer += chunk
-                body, buffer = take_request(buffer)
+                body, buffer = take_message(buffer)
                 while body is not None:
                     record.bodies.append(body)
                     head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
                     conn.sendall(head.encode() + body)
                     idle_since = time.monotonic()
-                    body, buffer = take_request(buffer)
+                    body, buffer = take_message(buffer)
         finally:
             conn.close()
             record.ended.set()
@@ -262,17 +263,13 @@ def test_each_granian_worker_takes_more_connections_than_nginx_keeps_idle(tmp_pa
 
 def read_answer(conn: socket.socket) -> tuple[bytes, bytes]:
     """One HTTP answer from `conn`, however its bytes arrive: (status line, body); (b"<closed>", …) if it closes."""
-    data = b""
-    while b"\r\n\r\n" not in data:
+    buffer = b""
+    while (body := take_message(buffer)[0]) is None:
         chunk = conn.recv(65536)
         if not chunk:
-            return b"<closed>", data
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = int(re.search(rb"(?im)^content-length: *(\d+)", head).group(1))
-    while len(body) < length and (chunk := conn.recv(65536)):
-        body += chunk
-    return head.partition(b"\r\n")[0], body
+            return b"<closed>", buffer
+        buffer += chunk
+    return buffer.partition(b"\r\n")[0], body
 
 
 def test_unit_s_app_server_answers_on_a_connection_left_idle_longer_than_nginx_s_idle_timeout(production_unit):
