@@ -5,9 +5,9 @@ measured against it behind the same nginx (figures: BENCHMARKS.md, issue 26). ng
 to it and keeps idle connections open for the next requests (deploy/nginx.conf). One process per
 core, each with APP_THREADS threads to wait out database round trips.
 
-Signals (the unit sends them, deploy/unit.py): SIGHUP starts new workers, which import the app
-anew, and stops each old one once its replacement is up, letting it finish its requests; SIGTERM
-finishes the requests in flight, then exits. A worker that dies is started again.
+The unit starts it, and stops it with SIGTERM: it finishes the requests in flight, then exits. A
+reload is a new Granian on a new socket, not Granian's own SIGHUP (deploy/unit.py: Unit.reload says
+why). A worker that dies is started again.
 """
 
 import json
@@ -38,7 +38,7 @@ KEEP_ALIVE_IDLE_S = 30
 # nginx keeps the old ones idle (tests/test_upstream_keepalive.py). Requests above APP_THREADS
 # wait inside the worker for a thread.
 BACKPRESSURE = 128
-# Seconds a worker has to finish its requests when stopped (SIGTERM, a reload) before it is killed:
+# Seconds a worker has to finish its requests when stopped (SIGTERM) before it is killed:
 # under the unit's own 40 s (deploy/unit.py: Unit.stop), above nginx's 30 s wait for an answer.
 WORKER_STOP_S = 35
 

@@ -1,8 +1,9 @@
 """`make serve`: one production unit (deploy/unit.py) in the foreground, until told to stop.
 
 Signals, as an operator or a process supervisor sends them:
-- SIGHUP: a graceful reload (a new version): nginx re-reads its config, the app server starts new
-  workers with the new code, and the old ones finish their requests first. Nothing is refused.
+- SIGHUP: a graceful reload (a new version): a new app server starts with the new code on a new
+  socket, nginx re-reads its config naming it, and the old ones finish their requests first.
+  Nothing is refused; if the new version does not come up, the running one serves on.
 - SIGTERM or SIGINT (Ctrl-C): a graceful stop: no new connections, the requests in flight are
   answered, then everything exits and the unit's temp folder is removed.
 - The terminal it started on closing: a graceful stop (the kernel signals only make, the session's
@@ -74,8 +75,13 @@ def main() -> int:
                 return 1
             if "reload" in asked:
                 asked.remove("reload")
-                say("serve: reloading (new workers, new code; the old ones finish their requests)")
-                unit.reload()
+                say("serve: reloading (a new app server with the new code; the old one finishes its requests)")
+                try:
+                    unit.reload()
+                except RuntimeError as error:
+                    say(f"serve: the reload failed, the running version serves on: {error}")
+                else:
+                    say(f"serve: reloaded, the app server on {unit.socket_path}")
             time.sleep(0.1)
         say("serve: stopping gracefully")
         notify_systemd(notify_socket, "STOPPING=1")

@@ -130,38 +130,21 @@ class Unit:
         self.port = int(port)
         self.url = f"http://{'127.0.0.1' if host in ('', '0.0.0.0', '*') else host}:{self.port}"
         self.run_dir: Path | None = None
+        self.generation = 0  # the app server's: one more at each reload, which starts a new one on a new socket
         self.app: ServerProcess | None = None
         self.nginx: ServerProcess | None = None
 
     @property
     def socket_path(self) -> Path:
-        return self.run_dir / "app.sock"
+        """The socket of the app server now serving: each reload's app server gets a new one."""
+        return self.run_dir / f"app.{self.generation}.sock"
 
     def launch(self) -> None:
-        """Start the app server, then nginx once the app's socket exists; do not wait for /healthz."""
+        """Start the app server, then nginx once the app's socket accepts; do not wait for /healthz."""
         self.run_dir = Path(tempfile.mkdtemp(prefix=f"plantstore-{self.name}."))
         self.run_dir.chmod(0o755)  # nginx's workers (nobody, when started as root) reach the socket through it
-        app_env = {
-            # One metrics folder per server, inside the unit's folder unless the environment names one.
-            "PROMETHEUS_MULTIPROC_DIR": str(self.run_dir / "metrics"),
-            **APP_ENVIRONMENT,
-            **self.env,
-        }
-        empty_metrics_folder(Path(app_env["PROMETHEUS_MULTIPROC_DIR"]))
-        command = [part.format(socket=self.socket_path) for part in self.app_command]
-        # Granian's environment holds no setting: they are in a file (deploy/app_server.py says why).
-        process_env = app_server_environment(command, app_env, self.run_dir / "app-settings.json")
-        self.app = ServerProcess("app", command, process_env, self.log_path, self.supervised)
-        self.app.launch()
-        # Granian makes its socket at once but listens on it only once a worker has loaded the app:
-        # till then nginx would be refused, and answer 503 itself.
-        wait_until(
-            lambda: accepts_unix_connections(self.socket_path), self.app.process, 60, f"{self.name}: the app's socket"
-        )
-        if os.geteuid() == 0:
-            # The app server made it 0600, its own (root): nginx's workers (nobody) get it, no one else.
-            uid, gid = pwd.getpwnam(NGINX_WORKER_USER).pw_uid, grp.getgrnam(NGINX_WORKER_GROUP).gr_gid
-            os.chown(self.socket_path, uid, gid)
+        empty_metrics_folder(Path(self.app_env()["PROMETHEUS_MULTIPROC_DIR"]))
+        self.app = self.launch_app()
         conf = render_nginx_conf(self.run_dir, f"unix:{self.socket_path}", self.listen, self.proxies, self.nginx_edit)
         self.nginx = ServerProcess(
             "nginx",
@@ -172,6 +155,38 @@ class Unit:
             reopens_stdout=True,  # access_log /dev/stdout (deploy/nginx.conf)
         )
         self.nginx.launch()
+
+    def app_env(self) -> dict:
+        return {
+            # One metrics folder per unit (its app servers share it), inside the unit's folder unless
+            # the environment names one.
+            "PROMETHEUS_MULTIPROC_DIR": str(self.run_dir / "metrics"),
+            **APP_ENVIRONMENT,
+            **self.env,
+        }
+
+    def launch_app(self) -> ServerProcess:
+        """Start an app server on socket_path and wait until the socket accepts; stop it if it does not."""
+        command = [part.format(socket=self.socket_path) for part in self.app_command]
+        # Granian's environment holds no setting: they are in a file (deploy/app_server.py says why).
+        process_env = app_server_environment(command, self.app_env(), self.run_dir / "app-settings.json")
+        app = ServerProcess("app", command, process_env, self.log_path, self.supervised)
+        app.launch()
+        try:
+            # Granian makes its socket at once but listens on it only once a worker has loaded the
+            # app: till then nginx would be refused, and answer 503 itself.
+            wait_until(
+                lambda: accepts_unix_connections(self.socket_path), app.process, 60, f"{self.name}: the app's socket"
+            )
+        except BaseException:
+            app.stop(timeout=10)
+            self.socket_path.unlink(missing_ok=True)
+            raise
+        if os.geteuid() == 0:
+            # The app server made it 0600, its own (root): nginx's workers (nobody) get it, no one else.
+            uid, gid = pwd.getpwnam(NGINX_WORKER_USER).pw_uid, grp.getgrnam(NGINX_WORKER_GROUP).gr_gid
+            os.chown(self.socket_path, uid, gid)
+        return app
 
     def wait_ready(self, expect_health: int = 200, timeout: float = 60) -> None:
         """Wait until /healthz through nginx answers `expect_health`; RuntimeError with the log if not."""
@@ -197,11 +212,35 @@ class Unit:
         return self
 
     def reload(self) -> None:
-        """A graceful reload, for a new version: nginx re-reads its (re-rendered) config and the app
-        server starts new workers with the new code while the old ones finish their requests."""
+        """A graceful reload, for a new version: a new app server (the new code) on a new socket;
+        nginx re-reads its config, which names that socket, and its old worker finishes the
+        requests it holds; then the old app server, which nothing can reach any more, finishes its
+        own and stops. If the new app server does not come up (RuntimeError), the old one serves on.
+
+        Not the app server's own reload (Granian's SIGHUP: new workers on the same socket): an old
+        worker stopping closes the idle connections nginx keeps to it, and nginx may have just sent
+        a request on one; it does not send a POST twice, so that client would get a 503."""
+        old_app, old_socket = self.app, self.socket_path
+        self.generation += 1
+        try:
+            self.app = self.launch_app()
+        except BaseException:
+            self.generation -= 1
+            raise
+        old_nginx_workers = set(children(self.nginx.process.pid))
         render_nginx_conf(self.run_dir, f"unix:{self.socket_path}", self.listen, self.proxies, self.nginx_edit)
-        self.app.send(signal.SIGHUP)
         self.nginx.send(signal.SIGHUP)
+        try:
+            # nginx's old worker exits once its requests are answered (each within READ_TIMEOUT_S).
+            wait_until(
+                lambda: not old_nginx_workers & set(children(self.nginx.process.pid)),
+                self.nginx.process,
+                READ_TIMEOUT_S + 10,
+                f"{self.name}: nginx's old worker",
+            )
+        finally:
+            old_app.stop(timeout=40)
+            old_socket.unlink(missing_ok=True)
 
     def running(self) -> bool:
         return bool(self.app and self.nginx and self.app.running() and self.nginx.running())

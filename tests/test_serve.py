@@ -6,12 +6,14 @@ import http.client
 import json
 import os
 import pty
+import shutil
 import signal
 import time
 from pathlib import Path
 
 import pytest
 
+from deploy.processes import wait_until
 from tests.live import Load, MakeServe, request, wait_for_exit
 
 pytestmark = pytest.mark.live
@@ -87,35 +89,57 @@ def test_only_nginx_s_workers_may_open_the_app_server_s_socket(served):
         for line in Path(f"/proc/{nginx_worker}/status").read_text().splitlines()
         if line.startswith(("Uid:", "Gid:"))
     )
-    socket = unit_folder(served) / "app.sock"
+    socket = unit_folder(served) / "app.0.sock"
 
     # (As root nginx's workers are nobody; the app server, root, made the socket: the unit gives it to them.)
     assert (socket.stat().st_mode & 0o777, socket.stat().st_uid, socket.stat().st_gid) == (0o600, uid, gid)
 
 
-def test_sighup_reloads_with_new_workers_under_load_without_a_failed_request(served):
+def test_sighup_reloads_with_a_new_app_server_under_load_without_a_failed_request(served):
     token = served.token()
-    old_workers = set(served.descendants())
+    old_app = {served.pid_of(b"bin/granian"), *served.app_workers()}
 
-    # A request waits while the new workers boot (seconds, on a busy machine): slow, never failed.
+    # Requests go on to the old app server while the new one boots (seconds, on a busy machine).
     with Load(f"{served.url}/plants", token, clients=4, limit=10_000, timeout=30) as load:
         load.wait_for(100)
         os.kill(served.pid_of(b"deploy/serve.py"), signal.SIGHUP)
-        deadline = time.monotonic() + 30
-        while "Stopped old worker-2" not in served.log().split("reloading", 1)[-1] and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: "serve: reloaded" in served.log(), served.process, 60, "the reload")
         answered_at_reload = len(load.answers)
         load.wait_for(answered_at_reload + 300, timeout=60)
 
-    assert "reloading" in served.log()
     assert len(load.answers) >= answered_at_reload + 300
     assert [(status, text) for _, status, _, text, _ in load.answers if status != 200] == []
     assert load.ids_with(200) <= served.stored_ids()
-    workers = set(served.descendants())
-    master = served.pid_of(b"bin/granian")  # the first: the main process, parent of the workers
-    new_workers = {pid for pid in workers if Path(f"/proc/{pid}/stat").exists() and pid not in old_workers}
-    assert master in old_workers  # the same server, its socket kept
-    assert len(new_workers) >= 2, served.log()  # every worker replaced: the new code is loaded by them
+    new_app = {served.pid_of(b"bin/granian"), *served.app_workers()}  # its main process and 2 workers
+    # A new app server, which imported the app anew, on a new socket; the old one has stopped.
+    assert (len(new_app), new_app & old_app, wait_for_exit(list(old_app))) == (3, set(), [])
+    assert sorted(path.name for path in unit_folder(served).glob("*.sock")) == ["app.1.sock"]
+
+
+def test_a_reload_whose_new_version_fails_to_start_leaves_the_running_one_serving(tmp_path):
+    # The settings module is the version's code: valid at the start, broken by the "deploy" below.
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "version_settings.py").write_text("from plantstore_site.settings import *  # noqa: F403\n")
+    served = MakeServe(tmp_path, PYTHONPATH=str(code), DJANGO_SETTINGS_MODULE="version_settings").start()
+    try:
+        token = served.token()
+        app = {served.pid_of(b"bin/granian"), *served.app_workers()}
+        (code / "version_settings.py").write_text('raise ImportError("the new version is broken")\n')
+        shutil.rmtree(code / "__pycache__", ignore_errors=True)
+
+        os.kill(served.pid_of(b"deploy/serve.py"), signal.SIGHUP)
+        wait_until(lambda: "serve: the reload failed" in served.log(), served.process, 90, "the failed reload")
+        created = request(f"{served.url}/plants", {"id": 1, "name": "Fern"}, token)
+        still_serving = {served.pid_of(b"bin/granian"), *served.app_workers()}
+        sockets = sorted(path.name for path in unit_folder(served).glob("*.sock"))
+        serving = served.process.poll() is None
+    finally:
+        served.stop()
+
+    assert (created[0], created[2]) == (200, '{"id":1,"name":"Fern"}')
+    assert (serving, still_serving, sockets) == (True, app, ["app.0.sock"])
+    assert "the new version is broken" in served.log()
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGINT"])

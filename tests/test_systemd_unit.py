@@ -397,30 +397,29 @@ def test_its_command_serves_as_an_unprivileged_user_reloads_without_a_failed_req
 
     # Granian copies its environment into every request's environ: none of the settings are in it
     # (deploy/app_server.py), the secrets among them; they reach the app in a file.
-    old_workers = service.app_workers()
-    app_environments = {pid: environment_names(pid) for pid in [service.app_server(), *old_workers]}
+    old_app = {service.app_server(), *service.app_workers()}
+    app_environments = {pid: environment_names(pid) for pid in old_app}
     assert app_environments == {
         pid: {"PATH", "PROMETHEUS_MULTIPROC_DIR", "PLANTS_SETTINGS_FILE"} for pid in app_environments
     }
     nginx = service.nginx_master()
     folder = Path(command_line(nginx).decode().split("-p ")[1].split(" ")[0])  # the unit's temp folder
     # In the unit's own /tmp: there for its processes, not for the machine's.
-    assert (Path(f"/proc/{nginx}/root{folder}/app.sock").is_socket(), folder.exists()) == (True, False)
+    assert (Path(f"/proc/{nginx}/root{folder}/app.0.sock").is_socket(), folder.exists()) == (True, False)
     with Load(f"{service.url}/plants", token, clients=4, limit=10_000, timeout=30) as load:
         load.wait_for(100)
         service.reload()
-        wait_until(
-            lambda: service.app_workers() and not service.app_workers() & old_workers,
-            service.process,
-            30,
-            "the app server's new workers",
-        )
+        # A new app server (the new code) on a new socket; the old one stops once nginx has left it.
+        wait_until(lambda: "serve: reloaded" in service.log(), service.process, 60, "the reload")
         answered_at_reload = len(load.answers)
         load.wait_for(answered_at_reload + 300, timeout=60)
+    new_app = {service.app_server(), *service.app_workers()}
     processes = service.processes()
 
     assert len(load.answers) >= answered_at_reload + 300
     assert [(status, text) for _, status, _, text, _ in load.answers if status != 200] == []
+    assert (len(new_app), new_app & old_app, wait_for_exit(list(old_app))) == (3, set(), [])
+    assert Path(f"/proc/{nginx}/root{folder}/app.1.sock").is_socket()
     assert (service.stop(), wait_for_exit(processes)) == (0, [])
     # Only serve.py spoke to systemd (NotifyAccess=main): ready, then stopping.
     assert service.notifications == [(service.process.pid, "READY=1"), (service.process.pid, "STOPPING=1")]
