@@ -78,7 +78,7 @@ def main() -> int:
                 say("serve: reloading (a new app server with the new code; the old one finishes its requests)")
                 try:
                     unit.reload()
-                except RuntimeError as error:
+                except (RuntimeError, OSError) as error:  # it did not come up; it could not be started
                     say(f"serve: the reload failed, the running version serves on: {error}")
                 else:
                     say(f"serve: reloaded, the app server on {unit.socket_path}")
