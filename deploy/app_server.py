@@ -104,8 +104,12 @@ def app_server_environment(command: list[str], env: dict, settings_file: Path) -
     environ from the request alone: `env` as it is."""
     if Path(command[0]).name != "granian":
         return env
-    descriptor = os.open(settings_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # Written beside it and renamed over it: a running app server's new worker (a respawn) reads
+    # either the old file or the new one, never a half-written one.
+    partial = settings_file.with_suffix(".partial")
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with open(descriptor, "w") as file:
         json.dump(env, file)
+    os.replace(partial, settings_file)
     kept = {name: env[name] for name in (*PROCESS_VARIABLES, "PROMETHEUS_MULTIPROC_DIR") if name in env}
     return {**kept, "PLANTS_SETTINGS_FILE": str(settings_file)}

@@ -57,11 +57,28 @@ def accepts_unix_connections(path: Path) -> bool:
         return False
 
 
-def http_status(url: str, timeout: float = 2) -> int | None:
-    """The status of GET `url` (http://host:port/path), None when nothing answered."""
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over the unix socket `path` (an app server's), the Host header still `host`'s."""
+
+    def __init__(self, path: Path, host: str, timeout: float):
+        super().__init__(host, timeout=timeout)
+        self.path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(str(self.path))
+
+
+def http_status(url: str, timeout: float = 2, unix_socket: Path | None = None) -> int | None:
+    """The status of GET `url` (http://host:port/path), None when nothing answered; sent to
+    `unix_socket` instead of host:port when given."""
     host_port, _, path = url.removeprefix("http://").partition("/")
     host, _, port = host_port.rpartition(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    if unix_socket:
+        connection = UnixHTTPConnection(unix_socket, host, timeout)
+    else:
+        connection = http.client.HTTPConnection(host, int(port), timeout=timeout)
     try:
         connection.request("GET", f"/{path}", headers={"Host": host})
         return connection.getresponse().status
@@ -194,6 +211,16 @@ class ServerProcess:
 
     def stop(self, timeout: float = 15, sig: int = signal.SIGTERM) -> None:
         stop_process(self.process, timeout, sig)
+
+    def kill(self) -> None:
+        """SIGKILL the server and its workers (its process group: see launch) at once, and reap it."""
+        if self.process is None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.wait()
 
     def wait_healthy(self, url: str, timeout: float = 30) -> None:
         """Wait until GET `url` answers 200; RuntimeError with the server's log if it exits or time runs out."""

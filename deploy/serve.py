@@ -81,7 +81,9 @@ def main() -> int:
                 except (RuntimeError, OSError) as error:  # it did not come up; it could not be started
                     say(f"serve: the reload failed, the running version serves on: {error}")
                 else:
-                    say(f"serve: reloaded, the app server on {unit.socket_path}")
+                    say(f"serve: reloaded: the new app server on {unit.socket_path}, the old one finishing")
+            if unit.retire():
+                say("serve: the old app server has stopped")
             time.sleep(0.1)
         say("serve: stopping gracefully")
         notify_systemd(notify_socket, "STOPPING=1")

@@ -12,10 +12,12 @@ import pwd
 import re
 import shutil
 import signal
+import subprocess
 import tempfile
+import time
 from pathlib import Path
 
-from deploy.app_server import APP_ENVIRONMENT, app_server_environment, granian_command
+from deploy.app_server import APP_ENVIRONMENT, WORKER_STOP_S, app_server_environment, granian_command
 from deploy.processes import ROOT, ServerProcess, accepts_unix_connections, children, http_status, wait_until
 
 NGINX_TEMPLATE = ROOT / "deploy" / "nginx.conf"
@@ -31,6 +33,10 @@ UPSTREAM_IDLE_S = 4
 # How long nginx waits for the app's answer before it answers 503 itself: a unit's (the request's
 # thread is not reclaimed: README, Operating it); the cluster's front waits longer (deploy/cluster.py).
 READ_TIMEOUT_S = 30
+# How long a stopping nginx worker (a stop, or the old one at a reload) may finish what it holds
+# before it closes the rest (nginx's worker_shutdown_timeout): above READ_TIMEOUT_S, under the 40 s
+# Unit.stop gives nginx.
+NGINX_SHUTDOWN_S = 35
 
 
 def trusted_proxies(value: str) -> list[str]:
@@ -44,9 +50,11 @@ def trusted_proxies(value: str) -> list[str]:
     return proxies
 
 
-def render_nginx_conf(run_dir: Path, upstream: str, listen: str, proxies: list[str], edit=None) -> Path:
-    """deploy/nginx.conf for nginx listening on `listen`, in front of `upstream` (unix:/path);
-    `edit(text)`, if given, changes the result (the bench puts other app servers behind it)."""
+def render_nginx_conf(
+    run_dir: Path, upstream: str, listen: str, proxies: list[str], edit=None, name: str = "nginx.conf"
+) -> Path:
+    """deploy/nginx.conf for nginx listening on `listen`, in front of `upstream` (unix:/path), as
+    `name` in `run_dir`; `edit(text)`, if given, changes the result (the bench puts other app servers behind it)."""
     real_ip = "".join(f"set_real_ip_from {proxy};\n        " for proxy in proxies)
     if proxies:
         # The client is the last address in X-Forwarded-For that is not a trusted proxy's.
@@ -61,13 +69,14 @@ def render_nginx_conf(run_dir: Path, upstream: str, listen: str, proxies: list[s
         "@UPSTREAM@": upstream,
         "@UPSTREAM_IDLE@": f"{UPSTREAM_IDLE_S}s",
         "@READ_TIMEOUT@": f"{READ_TIMEOUT_S}s",
+        "@WORKER_SHUTDOWN@": f"{NGINX_SHUTDOWN_S}s",
         "@REAL_IP@": real_ip,
         "@TRUSTED_PROXIES@": trusted,
     }.items():
         text = text.replace(name, value)
     if edit:
         text = edit(text)
-    path = run_dir / "nginx.conf"
+    path = run_dir / name
     path.write_text(text)
     return path
 
@@ -133,6 +142,9 @@ class Unit:
         self.generation = 0  # the app server's: one more at each reload, which starts a new one on a new socket
         self.app: ServerProcess | None = None
         self.nginx: ServerProcess | None = None
+        # The app server a reload replaced, until retire() stops it: (server, socket, nginx's old
+        # workers, when their worker_shutdown_timeout has passed).
+        self.retiring: tuple | None = None
 
     @property
     def socket_path(self) -> Path:
@@ -166,7 +178,8 @@ class Unit:
         }
 
     def launch_app(self) -> ServerProcess:
-        """Start an app server on socket_path and wait until the socket accepts; stop it if it does not."""
+        """Start an app server on socket_path and wait until the socket accepts; on any failure,
+        stop it (it serves no one yet) and raise."""
         command = [part.format(socket=self.socket_path) for part in self.app_command]
         # Granian's environment holds no setting: they are in a file (deploy/app_server.py says why).
         process_env = app_server_environment(command, self.app_env(), self.run_dir / "app-settings.json")
@@ -178,14 +191,14 @@ class Unit:
             wait_until(
                 lambda: accepts_unix_connections(self.socket_path), app.process, 60, f"{self.name}: the app's socket"
             )
+            if os.geteuid() == 0:
+                # The app server made it 0600, its own (root): nginx's workers (nobody) get it, no one else.
+                uid, gid = pwd.getpwnam(NGINX_WORKER_USER).pw_uid, grp.getgrnam(NGINX_WORKER_GROUP).gr_gid
+                os.chown(self.socket_path, uid, gid)
         except BaseException:
-            app.stop(timeout=10)
+            app.kill()
             self.socket_path.unlink(missing_ok=True)
             raise
-        if os.geteuid() == 0:
-            # The app server made it 0600, its own (root): nginx's workers (nobody) get it, no one else.
-            uid, gid = pwd.getpwnam(NGINX_WORKER_USER).pw_uid, grp.getgrnam(NGINX_WORKER_GROUP).gr_gid
-            os.chown(self.socket_path, uid, gid)
         return app
 
     def wait_ready(self, expect_health: int = 200, timeout: float = 60) -> None:
@@ -212,35 +225,62 @@ class Unit:
         return self
 
     def reload(self) -> None:
-        """A graceful reload, for a new version: a new app server (the new code) on a new socket;
-        nginx re-reads its config, which names that socket, and its old worker finishes the
-        requests it holds; then the old app server, which nothing can reach any more, finishes its
-        own and stops. If the new app server does not come up (RuntimeError), the old one serves on.
+        """A graceful reload, for a new version: a new app server (the new code) on a new socket,
+        then nginx's config naming it, checked (nginx -t) and re-read (SIGHUP): nginx's new worker
+        sends every new request there, its old one finishes what it holds. retire() then stops the
+        old app server once nothing can reach it. If the new app server does not start or answer
+        /livez, or nginx refuses the config, it is stopped, nothing was switched, and RuntimeError
+        says why: the running version serves on.
 
         Not the app server's own reload (Granian's SIGHUP: new workers on the same socket): an old
         worker stopping closes the idle connections nginx keeps to it, and nginx may have just sent
         a request on one; it does not send a POST twice, so that client would get a 503."""
+        self.retire(wait=True)  # the reload before this one has finished
         old_app, old_socket = self.app, self.socket_path
         self.generation += 1
+        new_app = None
         try:
-            self.app = self.launch_app()
+            new_app = self.launch_app()
+            # Django imports the URLs and views at the first request: one proves they load.
+            livez = http_status(f"{self.url}/livez", timeout=30, unix_socket=self.socket_path)
+            if livez != 200:
+                raise RuntimeError(f"{self.name}: the new app server answered /livez with {livez}")
+            upstream = f"unix:{self.socket_path}"
+            conf = render_nginx_conf(self.run_dir, upstream, self.listen, self.proxies, self.nginx_edit, "next.conf")
+            check = subprocess.run(
+                [*nginx_command(self.run_dir, conf), "-t", "-q"], capture_output=True, text=True, timeout=30
+            )
+            if check.returncode != 0:
+                raise RuntimeError(f"{self.name}: nginx refuses the new config: {check.stderr.strip()}")
         except BaseException:
+            if new_app:
+                new_app.kill()
+            self.socket_path.unlink(missing_ok=True)
+            (self.run_dir / "next.conf").unlink(missing_ok=True)
             self.generation -= 1
             raise
         old_nginx_workers = set(children(self.nginx.process.pid))
-        render_nginx_conf(self.run_dir, f"unix:{self.socket_path}", self.listen, self.proxies, self.nginx_edit)
+        os.replace(conf, self.run_dir / "nginx.conf")
+        self.app = new_app
         self.nginx.send(signal.SIGHUP)
-        try:
-            # nginx's old worker exits once its requests are answered (each within READ_TIMEOUT_S).
-            wait_until(
-                lambda: not old_nginx_workers & set(children(self.nginx.process.pid)),
-                self.nginx.process,
-                READ_TIMEOUT_S + 10,
-                f"{self.name}: nginx's old worker",
-            )
-        finally:
-            old_app.stop(timeout=40)
-            old_socket.unlink(missing_ok=True)
+        # nginx's old worker answers what it holds within NGINX_SHUTDOWN_S (worker_shutdown_timeout).
+        self.retiring = (old_app, old_socket, old_nginx_workers, time.monotonic() + NGINX_SHUTDOWN_S + 5)
+
+    def retire(self, wait: bool = False) -> bool:
+        """Stop the app server a reload replaced, once nginx's workers that could reach it have
+        exited (or their worker_shutdown_timeout has passed); with `wait`, wait for that. True when
+        one was stopped. make serve calls it between its other checks."""
+        if not self.retiring:
+            return False
+        old_app, old_socket, old_nginx_workers, deadline = self.retiring
+        while old_nginx_workers & set(children(self.nginx.process.pid)) and time.monotonic() < deadline:
+            if not wait:
+                return False
+            time.sleep(0.05)
+        old_app.stop(timeout=WORKER_STOP_S + 5)  # nothing sends it requests: it stops at once
+        old_socket.unlink(missing_ok=True)
+        self.retiring = None
+        return True
 
     def running(self) -> bool:
         return bool(self.app and self.nginx and self.app.running() and self.nginx.running())
@@ -250,20 +290,19 @@ class Unit:
         finishes its requests (SIGTERM); the unit's folder goes."""
         if self.nginx:
             self.nginx.stop(timeout=40, sig=signal.SIGQUIT)
-        if self.app:
-            self.app.stop(timeout=40)
+        for app in (self.retiring[0] if self.retiring else None, self.app):
+            if app:
+                app.stop(timeout=40)
+        self.retiring = None
         if self.run_dir:
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def kill(self) -> None:
         """SIGKILL every process of the unit at once, as a host dying would; start() brings it back."""
-        for server in (self.nginx, self.app):
-            for pid in [server.process.pid, *children(server.process.pid)]:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            server.process.wait()
+        for server in (self.nginx, self.retiring[0] if self.retiring else None, self.app):
+            if server:
+                server.kill()
+        self.retiring = None
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def pids(self) -> list[int]:

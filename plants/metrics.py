@@ -14,7 +14,7 @@ from prometheus_client import (
 )
 
 # Under the app server every worker writes its samples to files in PROMETHEUS_MULTIPROC_DIR (one folder
-# per server, emptied at start by deploy/unit.py) and /metrics sums them; elsewhere (runserver, tests)
+# per unit, shared by a reload's old and new app servers, emptied at start by deploy/unit.py) and /metrics sums them; elsewhere (runserver, tests)
 # the samples live in this process.
 MULTIPROCESS = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 # The classic text format, which every Prometheus 2.x reads (our names need none of 1.0.0's escaping).

@@ -8,13 +8,14 @@ import os
 import pty
 import shutil
 import signal
+import socket
 import time
 from pathlib import Path
 
 import pytest
 
-from deploy.processes import wait_until
-from tests.live import Load, MakeServe, request, wait_for_exit
+from deploy.processes import children, wait_until
+from tests.live import Load, MakeServe, live_unit, request, wait_for_exit
 
 pytestmark = pytest.mark.live
 
@@ -106,14 +107,69 @@ def test_sighup_reloads_with_a_new_app_server_under_load_without_a_failed_reques
         wait_until(lambda: "serve: reloaded" in served.log(), served.process, 60, "the reload")
         answered_at_reload = len(load.answers)
         load.wait_for(answered_at_reload + 300, timeout=60)
+        wait_until(lambda: "old app server has stopped" in served.log(), served.process, 60, "the old app server")
 
     assert len(load.answers) >= answered_at_reload + 300
     assert [(status, text) for _, status, _, text, _ in load.answers if status != 200] == []
     assert load.ids_with(200) <= served.stored_ids()
     new_app = {served.pid_of(b"bin/granian"), *served.app_workers()}  # its main process and 2 workers
     # A new app server, which imported the app anew, on a new socket; the old one has stopped.
-    assert (len(new_app), new_app & old_app, wait_for_exit(list(old_app))) == (3, set(), [])
+    assert (len(new_app), new_app & old_app, wait_for_exit(list(old_app), timeout=5)) == (3, set(), [])
     assert sorted(path.name for path in unit_folder(served).glob("*.sock")) == ["app.1.sock"]
+
+
+def test_a_request_begun_before_a_reload_is_answered_after_it_by_the_old_app_server(served):
+    token = served.token()
+    old_app = served.pid_of(b"bin/granian")
+    body = json.dumps({"id": 7, "name": "Sent slowly, across the reload"}).encode()
+    connection = socket.create_connection(("127.0.0.1", served.port), timeout=30)
+    connection.sendall(
+        b"POST /plants HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        + f"Authorization: Bearer {token}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+    )
+    sent = 0
+
+    # The body comes a byte at a time (within nginx's body timeout) while the unit reloads: nginx's
+    # old worker holds the request, and passes it on only once it is whole, to the old app server.
+    os.kill(served.pid_of(b"deploy/serve.py"), signal.SIGHUP)
+    while "serve: reloaded" not in served.log() and sent < len(body) - 1:
+        connection.sendall(body[sent : sent + 1])
+        sent += 1
+        time.sleep(0.5)
+    alive_after_reload = Path(f"/proc/{old_app}").exists() and "serve: reloaded" in served.log()
+    connection.sendall(body[sent:])
+    answer = b""
+    while b'"}' not in answer and (chunk := connection.recv(65536)):
+        answer += chunk
+    connection.close()
+    wait_until(lambda: "old app server has stopped" in served.log(), served.process, 60, "the old app server")
+
+    assert alive_after_reload
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert answer.endswith(b'\r\n\r\n{"id":7,"name":"Sent slowly, across the reload"}')
+    assert 7 in served.stored_ids()
+
+
+def test_a_reload_nginx_refuses_the_config_of_leaves_the_running_version_serving(tmp_path):
+    unreachable = f"postgres://nobody@{str(tmp_path / 'no-server').replace('/', '%2F')}/plantstore"
+    unit = live_unit(tmp_path, DATABASE_URL=unreachable).start(expect_health=503)
+    try:
+        app, nginx = unit.app.process.pid, unit.nginx.process.pid
+        nginx_workers = children(nginx)
+        unit.nginx_edit = lambda text: text.replace("worker_processes 1;", "worker_processes 1;\nno_such_directive on;")
+        with pytest.raises(RuntimeError, match="nginx refuses the new config: .*no_such_directive"):
+            unit.reload()
+        liveness = request(f"{unit.url}/livez")
+        state = (unit.app.process.pid, children(nginx), sorted(path.name for path in unit.run_dir.glob("*.sock")))
+        app_servers = [
+            pid for pid in children(os.getpid()) if b"bin/granian" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]
+    finally:
+        unit.stop()
+
+    assert (liveness[0], liveness[2]) == (200, '{"status": "ok"}')
+    assert state == (app, nginx_workers, ["app.0.sock"])
+    assert app_servers == [app]  # the new one was stopped
 
 
 def test_a_reload_whose_new_version_fails_to_start_leaves_the_running_one_serving(tmp_path):
