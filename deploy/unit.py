@@ -157,7 +157,7 @@ class Unit:
         self.run_dir.chmod(0o755)  # nginx's workers (nobody, when started as root) reach the socket through it
         empty_metrics_folder(Path(self.app_env()["PROMETHEUS_MULTIPROC_DIR"]))
         self.app = self.launch_app()
-        conf = render_nginx_conf(self.run_dir, f"unix:{self.socket_path}", self.listen, self.proxies, self.nginx_edit)
+        conf = self.nginx_conf()
         self.nginx = ServerProcess(
             "nginx",
             nginx_command(self.run_dir, conf),
@@ -167,6 +167,12 @@ class Unit:
             reopens_stdout=True,  # access_log /dev/stdout (deploy/nginx.conf)
         )
         self.nginx.launch()
+
+    def nginx_conf(self, name: str = "nginx.conf") -> Path:
+        """nginx's config for this unit, in front of the app server now serving, as `name` in its folder."""
+        return render_nginx_conf(
+            self.run_dir, f"unix:{self.socket_path}", self.listen, self.proxies, self.nginx_edit, name
+        )
 
     def app_env(self) -> dict:
         return {
@@ -245,8 +251,7 @@ class Unit:
             livez = http_status(f"{self.url}/livez", timeout=30, unix_socket=self.socket_path)
             if livez != 200:
                 raise RuntimeError(f"{self.name}: the new app server answered /livez with {livez}")
-            upstream = f"unix:{self.socket_path}"
-            conf = render_nginx_conf(self.run_dir, upstream, self.listen, self.proxies, self.nginx_edit, "next.conf")
+            conf = self.nginx_conf("next.conf")
             check = subprocess.run(
                 [*nginx_command(self.run_dir, conf), "-t", "-q"], capture_output=True, text=True, timeout=30
             )
