@@ -4,13 +4,11 @@ from datetime import timedelta
 
 from django.db.models import Q
 from django.utils import timezone
-from rest_framework import HTTP_HEADER_ENCODING
-from rest_framework.authentication import BaseAuthentication
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
 
 from plants import metrics
 from plants.exceptions import InvalidToken, MalformedCredentials
-from plants.models import ApiToken, TokenStatus
-from plants.statements import token_by_digest
+from plants.models import AUTHENTICATION_FIELDS, ApiToken, TokenStatus
 from plants.tokens import MAX_TOKEN_LENGTH, token_digest
 
 # last_used_at is written at most this often per token, so the hot path stays one SELECT and the INSERT.
@@ -19,11 +17,48 @@ LAST_USED_RESOLUTION = timedelta(minutes=1)
 REFUSED_BECAUSE = {TokenStatus.REVOKED: "The token has been revoked.", TokenStatus.EXPIRED: "The token has expired."}
 
 
-def authorization_header(request) -> bytes:
-    """The Authorization header as bytes, as DRF's get_authorization_header() returns it, read from
-    META: that function reads `request.headers`, which first copies every header of the request."""
-    header = request.META.get("HTTP_AUTHORIZATION", b"")
-    return header.encode(HTTP_HEADER_ENCODING) if isinstance(header, str) else header
+class TokenClient:
+    """`request.user` of a request made with an API token: the client the token was issued to.
+
+    It reads like Django's users where DRF or a view asks (`is_authenticated`, `is_active`,
+    `is_staff`, `has_perm`...), but it is no account: never staff, no permission, no admin login.
+    The token itself is `request.auth`.
+    """
+
+    is_authenticated = True
+    is_anonymous = False
+    is_active = True
+    is_staff = False
+    is_superuser = False
+    pk = id = None
+
+    def __init__(self, token: ApiToken):
+        self.name = token.name
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_username(self) -> str:
+        return self.name
+
+    def has_perm(self, perm, obj=None) -> bool:
+        return False
+
+    def has_perms(self, perm_list, obj=None) -> bool:
+        return False
+
+    def has_module_perms(self, app_label) -> bool:
+        return False
+
+
+def token_for(secret: str) -> ApiToken | None:
+    """The token whose secret this is, read from the database (never from a cache), or None."""
+    if len(secret) > MAX_TOKEN_LENGTH:  # longer than any token issued: not worth hashing
+        return None
+    try:
+        return ApiToken.objects.only(*AUTHENTICATION_FIELDS).get(digest=token_digest(secret))
+    except ApiToken.DoesNotExist:
+        return None
 
 
 class BearerTokenAuthentication(BaseAuthentication):
@@ -33,14 +68,15 @@ class BearerTokenAuthentication(BaseAuthentication):
 
     The scheme name is case-insensitive. Another scheme, or no header, is left to other
     authenticators (and ends as 401 `UNAUTHENTICATED`); a malformed Bearer header or an
-    unknown, expired or revoked token fails at once with 401.
+    unknown, expired or revoked token fails at once with 401. The token's row is read on every
+    request, so a revoked or expired token is refused from the first request after the change commits.
     """
 
     keyword = b"bearer"
     realm = "plants"
 
     def authenticate(self, request):
-        parts = authorization_header(request).split()
+        parts = get_authorization_header(request).split()
         if not parts or parts[0].lower() != self.keyword:
             # The API's only authenticator: this request ends as 401 UNAUTHENTICATED.
             metrics.AUTH_FAILURE["missing"].inc()
@@ -54,10 +90,10 @@ class BearerTokenAuthentication(BaseAuthentication):
             metrics.AUTH_FAILURE["malformed"].inc()
             raise MalformedCredentials() from None
         token = self.authenticate_credentials(secret)
-        return token, token
+        return TokenClient(token), token
 
     def authenticate_credentials(self, secret: str) -> ApiToken:
-        token = None if len(secret) > MAX_TOKEN_LENGTH else token_by_digest(token_digest(secret))
+        token = token_for(secret)
         if token is None:
             metrics.AUTH_FAILURE["unknown"].inc()
             raise InvalidToken("The token is not valid.")

@@ -1,21 +1,13 @@
-"""The Error body, the catalog of error codes, and the handler that renders every API error."""
+"""The Error body, the catalog of error codes, and the errors of ours that carry a code.
 
-import logging
+The handler that renders them is plants/exception_handler.py: it imports DRF's views, which import the
+authentication, throttle and parser classes that raise these, so the two cannot share a module.
+"""
+
 from enum import IntEnum
 
-from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import DatabaseError, InterfaceError, InternalError, OperationalError, connection
-from django.http import Http404, JsonResponse
+from django.http import JsonResponse
 from rest_framework import exceptions, status
-from rest_framework.serializers import as_serializer_error
-
-from plants import metrics
-
-logger = logging.getLogger(__name__)
-
-# PostgreSQL's read_only_sql_transaction: this server takes no writes (a standby, or a demoted primary).
-READ_ONLY_SQLSTATE = "25006"
 
 
 class ErrorCode(IntEnum):
@@ -41,7 +33,7 @@ class ErrorCode(IntEnum):
     INTERNAL_ERROR = 50000
     SERVICE_UNAVAILABLE = 50300
     # The HTTP layer's own refusals: nginx's (deploy/nginx.conf), and the app's 411 for a chunked
-    # body that reached gunicorn without nginx in front.
+    # body that reached an app server without nginx in front.
     LENGTH_REQUIRED = 41100
     URI_TOO_LONG = 41400
     HEADERS_TOO_LARGE = 43100
@@ -88,21 +80,13 @@ def error_response(code: ErrorCode, message: str, status_code: int) -> JsonRespo
 class ApiError(exceptions.APIException):
     """An error of ours with a code of its own from the catalog."""
 
+    status_code = status.HTTP_400_BAD_REQUEST
     error_code = ErrorCode.BAD_REQUEST
 
 
 class MalformedBody(ApiError):
-    status_code = status.HTTP_400_BAD_REQUEST
     error_code = ErrorCode.MALFORMED_BODY
     default_detail = "The body is not a JSON object."
-
-
-class DuplicatePlantId(ApiError):
-    status_code = status.HTTP_400_BAD_REQUEST
-    error_code = ErrorCode.DUPLICATE_ID
-
-    def __init__(self, plant_id: int):
-        super().__init__(f"A plant with id {plant_id} already exists with a different name or tag.")
 
 
 class BodyTooLarge(ApiError):
@@ -141,82 +125,19 @@ class RateLimitStoreUnavailable(ApiError):
     default_detail = "The service cannot reach its rate-limit store; retry later."
 
 
-# DRF's own exceptions, by class; looked up along the MRO so subclasses inherit a code.
-DRF_ERROR_CODES = {
-    exceptions.ValidationError: ErrorCode.INVALID_FIELD,
-    exceptions.ParseError: ErrorCode.MALFORMED_BODY,
-    exceptions.NotAuthenticated: ErrorCode.UNAUTHENTICATED,
-    exceptions.AuthenticationFailed: ErrorCode.INVALID_TOKEN,
-    exceptions.PermissionDenied: ErrorCode.FORBIDDEN,
-    exceptions.NotFound: ErrorCode.NOT_FOUND,
-    exceptions.MethodNotAllowed: ErrorCode.METHOD_NOT_ALLOWED,
-    exceptions.NotAcceptable: ErrorCode.NOT_ACCEPTABLE,
-    exceptions.UnsupportedMediaType: ErrorCode.UNSUPPORTED_MEDIA_TYPE,
-    exceptions.Throttled: ErrorCode.THROTTLED,
-}
+class ApplicationError(Exception):
+    """A business rule refused the request. Raised by plants/services.py, which knows nothing of HTTP;
+    the handler answers it 400 with its code and message."""
+
+    error_code = ErrorCode.BAD_REQUEST
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
 
 
-def error_code_for(exc: exceptions.APIException) -> ErrorCode:
-    if hasattr(exc, "error_code"):  # ours, and our AuthenticationFailed subclasses
-        return exc.error_code
-    for cls in type(exc).__mro__:
-        if cls in DRF_ERROR_CODES:
-            return DRF_ERROR_CODES[cls]
-    return ErrorCode.INTERNAL_ERROR if exc.status_code >= 500 else ErrorCode.BAD_REQUEST
+class DuplicatePlantId(ApplicationError):
+    error_code = ErrorCode.DUPLICATE_ID
 
-
-def _as_drf_exception(exc: Exception) -> Exception:
-    """Map Django's exceptions onto DRF's, as DRF's own handler does, plus database outages."""
-    if isinstance(exc, DjangoValidationError):
-        return exceptions.ValidationError(as_serializer_error(exc))
-    if isinstance(exc, Http404):
-        return exceptions.NotFound()
-    if isinstance(exc, DjangoPermissionDenied):
-        return exceptions.PermissionDenied()
-    read_only = is_read_only_server(exc)
-    if read_only:
-        # The next request connects anew: libpq's target_session_attrs=read-write finds the new primary.
-        connection.close()
-    if read_only or isinstance(exc, (OperationalError, InterfaceError)):
-        logger.error("database unavailable: %s", exc.__class__.__name__, exc_info=exc)
-        metrics.DATABASE_ERROR["unavailable"].inc()
-        return DatabaseUnavailable()
-    return exc
-
-
-def is_read_only_server(exc: Exception) -> bool:
-    """A write refused because the server no longer takes writes (SQLSTATE 25006): a primary demoted by
-    a failover that left its connections open, as some managed services do."""
-    return isinstance(exc, InternalError) and getattr(exc.__cause__, "sqlstate", None) == READ_ONLY_SQLSTATE
-
-
-def _validation_body(detail) -> dict:
-    if not isinstance(detail, dict):
-        detail = {"body": detail if isinstance(detail, list) else [detail]}
-    fields = {name: [str(message) for message in messages] for name, messages in detail.items()}
-    summary = "; ".join(f"{name}: {' '.join(messages)}" for name, messages in fields.items())
-    return error_body(ErrorCode.INVALID_FIELD, f"Invalid request body. {summary}", fields)
-
-
-def api_exception_handler(exc: Exception, context: dict):
-    """DRF's EXCEPTION_HANDLER: every API error becomes an Error body."""
-    # Imported here: rest_framework.views imports the authentication classes, which import us.
-    from rest_framework.views import exception_handler as drf_exception_handler
-
-    exc = _as_drf_exception(exc)
-    response = drf_exception_handler(exc, context)
-    if response is None:
-        if isinstance(exc, DatabaseError):
-            logger.error("database error", exc_info=exc)
-            metrics.DATABASE_ERROR["other"].inc()
-        return None  # unexpected: Django logs it and handler500 answers the Error body
-    if isinstance(exc, exceptions.ValidationError) and error_code_for(exc) == ErrorCode.INVALID_FIELD:
-        response.data = _validation_body(exc.detail)
-    else:
-        response.data = error_body(error_code_for(exc), str(exc.detail))
-    if isinstance(exc, exceptions.Throttled):
-        metrics.THROTTLED.inc()
-    if bearer_error := getattr(exc, "bearer_error", None):
-        if "WWW-Authenticate" in response:
-            response["WWW-Authenticate"] += f', error="{bearer_error}"'
-    return response
+    def __init__(self, plant_id: int):
+        super().__init__(f"A plant with id {plant_id} already exists with a different name or tag.")

@@ -30,9 +30,9 @@ class RequestLogMiddleware:
         request_id = incoming if incoming and SAFE_REQUEST_ID.fullmatch(incoming) else os.urandom(16).hex()
         response = self.get_response(request)
         response[REQUEST_ID_HEADER] = request_id
-        auth = getattr(request, "auth", None)  # DRF copies the authenticated ApiToken here
-        line = json.dumps(
-            {
+        if logger.isEnabledFor(logging.INFO):
+            auth = getattr(request, "auth", None)  # DRF copies the authenticated ApiToken here
+            fields = {
                 "method": request.method,
                 "path": request.path,
                 "status": response.status_code,
@@ -40,10 +40,5 @@ class RequestLogMiddleware:
                 "token": getattr(auth, "name", None),
                 "request_id": request_id,
             }
-        )
-        if logger.isEnabledFor(logging.INFO):
-            # What logger.info(line) does, but for its walk up the stack to name the caller's file and
-            # line, which the format never prints (measured in BENCHMARKS.md); levels, filters and
-            # handlers apply as they would.
-            logger.handle(logger.makeRecord(logger.name, logging.INFO, __file__, 0, line, None, None, "__call__"))
+            logger.info(json.dumps(fields))
         return response

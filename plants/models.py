@@ -66,10 +66,6 @@ class ApiToken(models.Model):
         ordering = ["-created_at"]
         verbose_name = "API token"
 
-    # DRF's IsAuthenticated asks request.user this; the token is the API's user.
-    is_authenticated = True
-    is_anonymous = False
-
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
 

@@ -44,8 +44,12 @@ def accepts_json(accept: str) -> bool:
 class JSONOnlyNegotiation(BaseContentNegotiation):
     """A body is parsed by the parser of its exact media type (parameters such as charset aside),
     else DRF answers 415. The answer is always JSON: a request whose Accept header excludes
-    application/json is 406 NOT_ACCEPTABLE (its Error body in JSON all the same). DRF's general
-    matching of media-type ranges is not needed for that, and it runs on every request."""
+    application/json is 406 NOT_ACCEPTABLE (its Error body in JSON all the same).
+
+    DRF's documented extension point, for what its DefaultContentNegotiation does not do: it ignores
+    q-values (`application/json;q=0` is answered in JSON) and refuses an empty Accept header with 406
+    (both pinned in tests/test_errors.py).
+    """
 
     def select_parser(self, request, parsers):
         media_type = request_media_type(request)

@@ -10,7 +10,6 @@ from django.utils import timezone
 from plants import metrics
 from plants.exceptions import DuplicatePlantId
 from plants.models import ApiToken, Plant
-from plants.statements import plant_insert
 from plants.tokens import DISPLAY_PREFIX_LENGTH, generate_token, token_digest
 
 
@@ -19,15 +18,15 @@ def plant_create(*, id: int, name: str, tag: str | None = None) -> Plant:
 
     The primary key decides duplicates: one INSERT, no SELECT before it, so concurrent
     creates of one id cannot both win. Only a conflicting INSERT reads the stored row.
+    Raises DuplicatePlantId when the id is taken by another name or tag.
     """
     try:
         with _savepoint_if_nested():
-            plant = Plant(id=id, name=name, tag=tag)
-            plant_insert(plant)
+            plant = Plant.objects.create(id=id, name=name, tag=tag)
     except IntegrityError:
         stored = Plant.objects.filter(id=id).first()
         if stored is None:
-            raise
+            raise  # the conflicting row is gone again (deleted in between): not a duplicate to report
         if (stored.name, stored.tag) == (name, tag):
             metrics.CREATE_OUTCOME["retry"].inc()
             return stored  # the client lost our first answer and sent the same create again
@@ -60,6 +59,6 @@ def token_issue(*, name: str, expires_in: timedelta | None = None) -> tuple[ApiT
 def tokens_revoke(*, tokens: QuerySet[ApiToken]) -> int:
     """Revoke the active tokens among `tokens`; return how many were revoked.
 
-    Each is refused from the first request that starts after this commits (README, Tokens).
+    Each is refused from the first request that starts after this commits.
     """
     return tokens.active().update(revoked_at=timezone.now())

@@ -222,8 +222,7 @@ REST_FRAMEWORK = {
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "plants.negotiation.JSONOnlyNegotiation",
     "DEFAULT_THROTTLE_CLASSES": ["plants.throttling.TokenRateThrottle"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "plants.exceptions.api_exception_handler",
-    "UNAUTHENTICATED_USER": None,
+    "EXCEPTION_HANDLER": "plants.exception_handler.api_exception_handler",
 }
 
 SPECTACULAR_SETTINGS = {

@@ -90,13 +90,13 @@ MUTANTS = [
         "revoking rewrites revoked_at of revoked tokens",
     ),
     (
-        "plants/exceptions.py",
+        "plants/exception_handler.py",
         "isinstance(exc, (OperationalError, InterfaceError))",
         "isinstance(exc, InterfaceError)",
         "a database outage answered 500, not 503",
     ),
     (
-        "plants/exceptions.py",
+        "plants/exception_handler.py",
         """response["WWW-Authenticate"] += f', error="{bearer_error}"'""",
         "pass",
         "no invalid_token in the challenge",
@@ -107,7 +107,7 @@ MUTANTS = [
         "    error_code = ErrorCode.INVALID_TOKEN",
         "wrong code for a malformed header",
     ),
-    ("plants/exceptions.py", "if exc.status_code >= 500", "if exc.status_code > 500", "503s coded as 400s"),
+    ("plants/exception_handler.py", "if exc.status_code >= 500", "if exc.status_code > 500", "503s coded as 400s"),
     (
         "plants/throttling.py",
         "return self.count <= self.policy.limit",

@@ -3,7 +3,6 @@
 import json
 
 import pytest
-from django.db import OperationalError
 from django.test import Client
 from rest_framework.exceptions import APIException
 
@@ -218,15 +217,59 @@ def test_unexpected_api_exception_returns_500_internal_error_body(post_plant, mo
     assert Plant.objects.count() == 0
 
 
-def test_database_outage_during_create_returns_503_error_body(post_plant, monkeypatch):
-    def unreachable(*args, **kwargs):
-        raise OperationalError("connection refused")
+@pytest.fixture
+def writes_refused():
+    """A function that makes this connection refuse writes, as a server in the failover window does:
+    SQLite's driver then raises OperationalError, PostgreSQL's InternalError (SQLSTATE 25006)."""
+    from django.db import connection
 
-    monkeypatch.setattr("plants.services.plant_insert", unreachable)
+    def refuse():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                {"sqlite": "PRAGMA query_only = ON", "postgresql": "SET TRANSACTION READ ONLY"}[connection.vendor]
+            )
 
-    response = post_plant({"id": 1, "name": "Rose"})
+    yield refuse
+    if connection.vendor == "sqlite":  # a pragma outlives the test's transaction
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA query_only = OFF")
+
+
+def test_create_on_a_database_that_refuses_writes_returns_503_error_body_and_stores_nothing(post_plant, writes_refused):
+    assert post_plant({"id": 1, "name": "Rose"}).status_code == 200  # the token's last use is written
+    writes_refused()
+
+    response = post_plant({"id": 2, "name": "Rose"})
 
     assert_error(response, 503, 50300, "The service cannot reach its database; retry later.")
+    assert list(Plant.objects.values_list("id", flat=True)) == [1]
+
+
+# A trigger that refuses every INSERT of a plant with a constraint error, as a conflict would,
+# though no plant has the id: the service's re-read finds no row to compare (one deleted in between).
+REFUSE_INSERTS = {
+    "sqlite": ["CREATE TRIGGER refuse_plants BEFORE INSERT ON plants_plant BEGIN SELECT RAISE(ABORT, 'refused'); END"],
+    "postgresql": [
+        "CREATE FUNCTION refuse_plants() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'refused' USING ERRCODE = 'unique_violation'; END $$",
+        "CREATE TRIGGER refuse_plants BEFORE INSERT ON plants_plant FOR EACH ROW EXECUTE FUNCTION refuse_plants()",
+    ],
+}
+
+
+def test_conflict_whose_row_is_gone_on_reread_answers_500_error_body_and_is_logged(api_client, post_plant, caplog):
+    from django.db import connection
+
+    api_client.raise_request_exception = False  # answer as a server would, not re-raise into the test
+    with connection.cursor() as cursor:  # undone with the test's transaction
+        for statement in REFUSE_INSERTS[connection.vendor]:
+            cursor.execute(statement)
+
+    response = post_plant({"id": 2, "name": "Rose"})
+
+    assert_error(response, 500, 50000, "Internal server error; it has been logged.")
+    assert "database error" in caplog.text
+    assert not Plant.objects.exists()
 
 
 def test_disallowed_host_logs_one_warning_line_without_traceback(caplog):
@@ -262,8 +305,8 @@ def test_django_exception_raised_in_an_api_view_answers_its_error_body(api_clien
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_create_on_a_connection_whose_server_turned_read_only_answers_503_then_reconnects(post_plant):
-    from django.db import connection
+def test_connection_whose_server_turned_read_only_is_replaced_before_the_next_request(post_plant):
+    from django.db import close_old_connections, connection
 
     assert post_plant({"id": 1, "name": "Rose"}).status_code == 200
     # As a primary demoted by a failover that kept its connections open: this session takes no writes.
@@ -271,7 +314,8 @@ def test_create_on_a_connection_whose_server_turned_read_only_answers_503_then_r
         cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
     session = connection.connection
 
-    refused = post_plant({"id": 2, "name": "Rose"})
+    refused = post_plant({"id": 2, "name": "Rose"})  # the test client skips the request signals' check
+    close_old_connections()  # what Django does as each request ends and starts under an app server
     after = post_plant({"id": 3, "name": "Rose"})
 
     assert_error(refused, 503, 50300, "The service cannot reach its database; retry later.")
