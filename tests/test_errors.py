@@ -321,3 +321,30 @@ def test_connection_whose_server_turned_read_only_is_replaced_before_the_next_re
     assert_error(refused, 503, 50300, "The service cannot reach its database; retry later.")
     assert after.status_code == 200 and connection.connection is not session
     assert sorted(Plant.objects.values_list("id", flat=True)) == [1, 3]
+
+
+@pytest.mark.urls("tests.urls")
+def test_plain_view_that_raises_permission_denied_answers_403_error_body():
+    response = Client().get("/test/plain-forbidden")
+
+    assert (response.status_code, response["Content-Type"]) == (403, "application/json")
+    assert response.json() == {"error": 40300, "message": "Forbidden."}
+
+
+def test_write_refused_by_a_server_that_turned_read_only_is_answered_503_not_500():
+    # The exception as Django raises it from psycopg's for SQLSTATE 25006 (PostgreSQL's own run of
+    # this, from a real read-only session, is test_connection_whose_server_turned_read_only_...).
+    import psycopg
+    from django.db import InternalError
+
+    from plants.exception_handler import api_exception_handler
+
+    refused = InternalError("cannot execute INSERT in a read-only transaction")
+    refused.__cause__ = psycopg.errors.ReadOnlySqlTransaction("cannot execute INSERT in a read-only transaction")
+
+    response = api_exception_handler(refused, {})
+
+    assert (response.status_code, response.data) == (
+        503,
+        {"error": 50300, "message": "The service cannot reach its database; retry later."},
+    )

@@ -31,6 +31,11 @@ def plain(request):
     return JsonResponse({"method": request.method})
 
 
+def plain_forbidden(request):
+    """A plain Django view that refuses: Django's handler403 answers."""
+    raise PermissionDenied("Not your plant.")
+
+
 def request_meta_names(request):
     """The names in request.META: the WSGI environ the app server built for this request."""
     return JsonResponse({"names": sorted(request.META)})
@@ -41,4 +46,5 @@ urlpatterns = [
     path("test/meta", request_meta_names),
     path("test/raise/<str:kind>", RaisingView.as_view()),
     path("test/plain", plain),
+    path("test/plain-forbidden", plain_forbidden),
 ]
