@@ -12,7 +12,7 @@ FAILOVER_PACKAGES = pg-auto-failover-cli postgresql-$$(ls /usr/lib/postgresql | 
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .DEFAULT_GOAL := help
-.PHONY: help run serve cluster bench bench-levers bench-stack bench-inprocess bench-cluster profile test test-newest newest-pins lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
+.PHONY: help run check serve cluster bench bench-levers bench-stack bench-inprocess bench-cluster profile test test-newest newest-pins lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -35,6 +35,9 @@ run: $(VENV)/.runtime ## set up .venv, migrate, and serve on 127.0.0.1:$PORT (de
 	@echo "          -d '{\"id\": 1, \"name\": \"Monstera\"}' http://127.0.0.1:$(PORT)/plants"
 	@echo
 	DJANGO_DEBUG=1 $(PYTHON) manage.py runserver 127.0.0.1:$(PORT)
+
+check: lint $(VENV)/.dev ## the inner loop, about a minute: lint, then every test that starts no server process, on SQLite
+	env -u DATABASE_URL $(VENV)/bin/pytest -m "not live" -q -p no:cacheprovider $(PYTEST_ARGS)
 
 serve: $(VENV)/.runtime ## production path: migrate, collectstatic, one production unit: nginx in front of Granian (HUP reloads; needs DJANGO_SECRET_KEY; DATABASE_URL)
 	scripts/debian-packages nginx
@@ -77,10 +80,10 @@ format: $(VENV)/.dev ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff format .
 
 test-sqlite: $(VENV)/.dev system-packages ## the test suite on SQLite (the embedded default); PostgreSQL-only tests deselected
-	env -u DATABASE_URL $(VENV)/bin/pytest --cov --cov-append --cov-report= --cov-fail-under=0 $(PYTEST_ARGS)
+	env -u DATABASE_URL $(VENV)/bin/pytest --cov --cov-append --cov-report= --cov-fail-under=0 --durations=15 $(PYTEST_ARGS)
 
 test-postgres: $(VENV)/.dev system-packages ## the whole test suite on a throwaway PostgreSQL server (scripts/with-postgres)
-	scripts/with-postgres $(VENV)/bin/pytest --cov --cov-append --cov-report= --cov-fail-under=0 $(PYTEST_ARGS)
+	scripts/with-postgres $(VENV)/bin/pytest --cov --cov-append --cov-report= --cov-fail-under=0 --durations=15 $(PYTEST_ARGS)
 
 coverage-erase: $(VENV)/.dev ## forget the coverage of earlier runs
 	$(VENV)/bin/coverage erase

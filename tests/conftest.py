@@ -50,8 +50,27 @@ def post_plant(api_client, auth_headers):
     return post
 
 
+@pytest.fixture
+def writes_refused():
+    """A function that makes this connection refuse writes, as a server in the failover window does:
+    SQLite's driver then raises OperationalError, PostgreSQL's InternalError (SQLSTATE 25006)."""
+
+    def refuse():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                {"sqlite": "PRAGMA query_only = ON", "postgresql": "SET TRANSACTION READ ONLY"}[connection.vendor]
+            )
+
+    yield refuse
+    if connection.vendor == "sqlite":  # a pragma outlives the test's transaction
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA query_only = OFF")
+
+
 # Live servers share the test database, which only PostgreSQL's tests can (SQLite's is in memory).
 NEEDS_POSTGRESQL = {"production_unit", "pgbouncer"}
+# Fixtures that start a server process: a test that uses one is `live`, and not in `make check`.
+STARTS_A_SERVER = {"production_unit", "pgbouncer", "redis_server", "browser_page"}
 skipped: list[str] = []
 
 
@@ -59,6 +78,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if NEEDS_POSTGRESQL & set(item.fixturenames):
             item.add_marker(pytest.mark.postgres)
+        if STARTS_A_SERVER & set(item.fixturenames):
+            item.add_marker(pytest.mark.live)
     if connection.vendor == "postgresql":
         return
     deselected = [item for item in items if item.get_closest_marker("postgres")]

@@ -86,11 +86,10 @@ def length_required(reach):
 
 
 def service_unavailable(reach):
-    # A real fault: the rate-limit store (a real redis-server) is gone.
-    redis_server = reach.getfixturevalue("redis_server")
-    reach.settings.PLANTS_THROTTLE_RATE = "10/minute"
-    reach.settings.REDIS_URL = redis_server.url
-    redis_server.stop()
+    # A real fault: the database refuses the write, as a server in a failover's window does (a
+    # stopped Redis, the other way to it, is in tests/test_throttling.py).
+    reach.post_plant({"id": 9, "name": "Rose"})  # the token's last use is written first
+    reach.getfixturevalue("writes_refused")()
     return reach.post_plant(ROSE)
 
 

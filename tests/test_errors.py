@@ -217,24 +217,6 @@ def test_unexpected_api_exception_returns_500_internal_error_body(post_plant, mo
     assert Plant.objects.count() == 0
 
 
-@pytest.fixture
-def writes_refused():
-    """A function that makes this connection refuse writes, as a server in the failover window does:
-    SQLite's driver then raises OperationalError, PostgreSQL's InternalError (SQLSTATE 25006)."""
-    from django.db import connection
-
-    def refuse():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                {"sqlite": "PRAGMA query_only = ON", "postgresql": "SET TRANSACTION READ ONLY"}[connection.vendor]
-            )
-
-    yield refuse
-    if connection.vendor == "sqlite":  # a pragma outlives the test's transaction
-        with connection.cursor() as cursor:
-            cursor.execute("PRAGMA query_only = OFF")
-
-
 def test_create_on_a_database_that_refuses_writes_returns_503_error_body_and_stores_nothing(post_plant, writes_refused):
     assert post_plant({"id": 1, "name": "Rose"}).status_code == 200  # the token's last use is written
     writes_refused()

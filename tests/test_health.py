@@ -33,6 +33,7 @@ def test_health_with_other_method_returns_405_with_allow(path):
     assert response.json() == {"error": 40500, "message": "Method POST not allowed."}
 
 
+@pytest.mark.live
 def test_unreachable_database_gives_503_error_bodies_not_html(tmp_path):
     unreachable = f"postgres://nobody@{str(tmp_path / 'no-server').replace('/', '%2F')}/plantstore"
     server = live_unit(tmp_path, DATABASE_URL=unreachable).start(expect_health=503)
@@ -91,6 +92,7 @@ def test_health_is_503_when_the_rate_limit_counters_file_cannot_be_opened(settin
     assert Client().get("/healthz").json() == {"status": "ok"}
 
 
+@pytest.mark.live
 def test_health_names_both_dependencies_when_neither_answers(tmp_path):
     unreachable = f"postgres://nobody@{str(tmp_path / 'no-server').replace('/', '%2F')}/plantstore"
     no_redis = f"redis://127.0.0.1:{free_port()}/0"
