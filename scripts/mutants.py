@@ -1,9 +1,9 @@
-"""`make mutants`: plant hand-made bugs in the service's rules and check that the suite catches each.
+"""`make mutants`: plant hand-made bugs in the service's rules and check that the fast loop catches each.
 
-Each mutant is one small edit (a negated condition, a swapped comparison, a removed raise) to
-a copy of the tracked tree; the in-process suite (SQLite, browser tests aside) then runs
-against that copy and must fail. Prints a line per mutant and the score; exits non-zero if
-any mutant survived. The score is recorded in README's development section.
+Each mutant is one small edit (a negated condition, a swapped comparison, a removed raise, a wrong
+status or code) to a copy of the tracked tree; the tests `make check` runs (SQLite, no server
+process) then run against that copy and must fail. Prints a line per mutant and the score; exits
+non-zero if any mutant survived. The score is recorded in docs/development.md.
 """
 
 import os
@@ -185,9 +185,59 @@ MUTANTS = [
         "incoming and SAFE_REQUEST_ID.match(incoming)",
         "request ids with newlines echoed",
     ),
+    (
+        "plants/exception_handler.py",
+        "        return DatabaseUnavailable()",
+        "        return exc",
+        "a database that refuses writes answered 500, not 503",
+    ),
+    (
+        "plants/exception_handler.py",
+        'getattr(exc.__cause__, "sqlstate", None) == READ_ONLY_SQLSTATE',
+        'getattr(exc.__cause__, "sqlstate", None) != READ_ONLY_SQLSTATE',
+        "a read-only server's refusal (the failover window) not told apart",
+    ),
+    (
+        "plants/exception_handler.py",
+        '            logger.error("database error", exc_info=exc)',
+        "            pass",
+        "a database error that is no outage answered without a log line",
+    ),
+    (
+        "plants/exception_handler.py",
+        "        refused.error_code = exc.error_code",
+        "        pass",
+        "an application error answered with the generic code",
+    ),
+    (
+        "plants/exceptions.py",
+        '    body = {"error": int(code), "message": message}',
+        '    body = {"error": int(code)}',
+        "Error bodies without their message",
+    ),
+    (
+        "plants/exceptions.py",
+        "    status_code = status.HTTP_400_BAD_REQUEST\n    error_code = ErrorCode.BAD_REQUEST",
+        "    status_code = status.HTTP_409_CONFLICT\n    error_code = ErrorCode.BAD_REQUEST",
+        "a duplicate id answered 409, not the contract's 400",
+    ),
+    ("plants/views.py", '"Forbidden.", 403)', '"Forbidden.", 400)', "Django's 403 answered as 400"),
+    (
+        "plants/services.py",
+        "        if stored is None:\n            raise",
+        "        if stored is None:\n            return Plant(id=id, name=name, tag=tag)",
+        "a conflict whose row is gone answered 200 with a plant never stored",
+    ),
+    (
+        "plants/authentication.py",
+        "        return TokenClient(token), token",
+        "        return None",
+        "the token check removed: requests with a valid token refused as anonymous",
+    ),
 ]
 
-PYTEST = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--ignore=tests/test_browser.py"]
+# What make check runs: every test that starts no server process.
+PYTEST = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-m", "not live"]
 
 
 def tracked_copy() -> Path:
