@@ -141,7 +141,6 @@ def child_environment(tree: Path, id_base: int, folder: Path) -> dict:
         **ENV,
         "PYTHONPATH": str(tree),
         "PROMETHEUS_MULTIPROC_DIR": str(metrics),
-        "PLANTS_THROTTLE_DIR": str(folder / "throttle"),
         "BENCH_LOG": str(folder / "requests.log"),
     }
 

@@ -72,7 +72,7 @@ ENV = {
     "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
     "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
     # Throttling stays on, at a rate the load never reaches, so its cost is measured: in the
-    # default store, the counters file the workers share (plants/rate_stores.py).
+    # default store, the database (plants/rate_stores.py).
     "PLANTS_THROTTLE_RATE": "100000000/second",
     # What production runs, whatever the shell exported (make bench-levers changes these per variant).
     "APP_PROCESSES": APP_SETTINGS["APP_PROCESSES"],

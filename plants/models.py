@@ -81,3 +81,18 @@ class ApiToken(models.Model):
 # What authenticating and throttling a request read of its token (with the primary key): the
 # digest keys its rate-limit counter (unique, never reused), so it is loaded, not deferred.
 AUTHENTICATION_FIELDS = ["name", "digest", "expires_at", "revoked_at", "last_used_at"]
+
+
+class RateLimitCounter(models.Model):
+    """How many requests a token has made in its current rate-limit window (plants/rate_stores.py).
+
+    One row per token, counted by one atomic upsert per request and reused from window to window,
+    so the table never holds more rows than there are tokens that made a request.
+    """
+
+    key = models.CharField(primary_key=True, max_length=64, help_text="The token's digest.")
+    window_start = models.BigIntegerField(help_text="The window counted: its start, in seconds since the epoch.")
+    count = models.PositiveIntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.count} requests in the window from {self.window_start}"

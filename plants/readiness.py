@@ -3,7 +3,7 @@
 from django.conf import settings
 from django.db import DatabaseError, connection
 
-from plants.rate_stores import StoreError, store_for
+from plants import rate_stores
 from plants.throttling import rate_policy
 
 
@@ -18,13 +18,12 @@ def database_answers() -> bool:
 
 
 def rate_limit_store_answers() -> bool:
-    """Redis answers PING, or the counters file opens and locks; true while throttling is off (no store)."""
-    policy = rate_policy(settings.PLANTS_THROTTLE_RATE)
-    if policy is None:
+    """Redis answers, when the counters are there; true while throttling is off (no store is asked)."""
+    if rate_policy(settings.PLANTS_THROTTLE_RATE) is None:
         return True
     try:
-        store_for(settings.REDIS_URL, settings.PLANTS_THROTTLE_DIR).ping(policy.window)
-    except StoreError:
+        rate_stores.ping()
+    except rate_stores.StoreError:
         return False
     return True
 

@@ -10,9 +10,9 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from rest_framework.throttling import BaseThrottle
 
+from plants import rate_stores
 from plants.exceptions import RateLimitStoreUnavailable
 from plants.models import ApiToken
-from plants.rate_stores import StoreError, store_for
 
 logger = logging.getLogger(__name__)
 
@@ -79,10 +79,9 @@ def rate_limit_count(token: ApiToken, policy: RatePolicy) -> RateLimitCount:
     """
     now = clock()
     window_start = int(now // policy.window) * policy.window
-    store = store_for(settings.REDIS_URL, settings.PLANTS_THROTTLE_DIR)
     try:
-        count = store.increment(token.digest, window_start, policy.window)
-    except StoreError as error:
+        count = rate_stores.increment(token.digest, window_start, policy.window)
+    except rate_stores.StoreError as error:
         logger.error("rate-limit store unavailable: %s", type(error.__cause__ or error).__name__, exc_info=error)
         raise RateLimitStoreUnavailable() from None
     return RateLimitCount(policy, count, reset=max(1, math.ceil(window_start + policy.window - now)))

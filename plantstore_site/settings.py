@@ -201,10 +201,18 @@ if proxy_header := environment.get("DJANGO_SECURE_PROXY_SSL_HEADER"):
 PLANTS_MAX_BODY_BYTES = env_int("PLANTS_MAX_BODY_BYTES", 4096)
 # Requests per token per window, as DRF reads a rate (checked at start-up by plants.throttling).
 PLANTS_THROTTLE_RATE = environment.get("PLANTS_THROTTLE_RATE", "600/minute")  # empty: no throttle
-# The counters' store: Redis when set (every server shares the limit), else a counters file in
-# PLANTS_THROTTLE_DIR that all worker processes of this server map (plants/rate_stores.py).
+# The counters' store: Redis when set (every server shares the limit), through Django's cache
+# framework; else the database itself counts (plants/rate_stores.py).
 REDIS_URL = environment.get("REDIS_URL", "")
-PLANTS_THROTTLE_DIR = environment.get("PLANTS_THROTTLE_DIR", "")
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+if REDIS_URL:
+    CACHES["rate_limits"] = {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "plants:rate",
+        # Short timeouts: a request waits at most this long before the store counts as down (503).
+        "OPTIONS": {"socket_timeout": 2, "socket_connect_timeout": 2},
+    }
 # /metrics answers only requests bearing this token (Prometheus' `authorization` setting); unset, it is a 404.
 PLANTS_METRICS_TOKEN = environment.get("PLANTS_METRICS_TOKEN", "")
 if PLANTS_METRICS_TOKEN and len(PLANTS_METRICS_TOKEN) < 32:

@@ -37,9 +37,8 @@ def main() -> int:
             DATABASE_URL=os.environ.get("DATABASE_URL") or f"sqlite:///{work / 'db.sqlite3'}",
             DJANGO_STATIC_ROOT=str(work / "static"),
             # Throttling on, as in production, so every answer's RateLimit headers are checked
-            # against the schema; at a rate the fuzzer never reaches, in a store of this run's own.
+            # against the schema; at a rate the fuzzer never reaches.
             PLANTS_THROTTLE_RATE="1000000/hour",
-            PLANTS_THROTTLE_DIR=str(work / "rate-limits"),
         )
         server = Unit(f"127.0.0.1:{port}", {**os.environ, **settings}, log=work / "unit.log", name="contract")
         manage(server, "migrate", "--no-input", "-v", "0")

@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 
 from deploy.cluster import PgBouncer, Redis
 from deploy.unit import Unit
+from plants.rate_stores import RATE_LIMIT_CACHE
 from plants.services import token_issue
 from tests.live import database_url, live_unit
 
@@ -70,7 +71,7 @@ def writes_refused():
 # Live servers share the test database, which only PostgreSQL's tests can (SQLite's is in memory).
 NEEDS_POSTGRESQL = {"production_unit", "pgbouncer"}
 # Fixtures that start a server process: a test that uses one is `live`, and not in `make check`.
-STARTS_A_SERVER = {"production_unit", "pgbouncer", "redis_server", "browser_page"}
+STARTS_A_SERVER = {"production_unit", "pgbouncer", "redis_server", "counting_in_redis", "browser_page"}
 skipped: list[str] = []
 
 
@@ -125,6 +126,23 @@ def redis_server():
     server = Redis().start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def counting_in_redis(settings, redis_server):
+    """The settings REDIS_URL makes (plantstore_site/settings.py): the rate-limit counters in this
+    real redis-server, through Django's cache framework. Yields the server."""
+    settings.REDIS_URL = redis_server.url
+    settings.CACHES = {
+        **settings.CACHES,
+        RATE_LIMIT_CACHE: {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": redis_server.url,
+            "KEY_PREFIX": "plants:rate",
+            "OPTIONS": {"socket_timeout": 2, "socket_connect_timeout": 2},
+        },
+    }
+    return redis_server
 
 
 @pytest.fixture

@@ -1,5 +1,7 @@
 """POST /plants: what is stored, what is answered, duplicates and safe retries."""
 
+import re
+
 import pytest
 
 from plants.models import Plant
@@ -108,20 +110,24 @@ def test_create_generates_request_id_when_client_sends_unsafe_one(post_plant):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_authenticated_create_is_one_token_select_and_one_insert(
-    post_plant, settings, tmp_path, django_assert_num_queries
-):
-    # On every database, throttled as in production (its counter is in a store of its own):
-    # the token lookup (every request reads its row) and the INSERT.
-    settings.PLANTS_THROTTLE_RATE, settings.PLANTS_THROTTLE_DIR = "600/minute", str(tmp_path)
+def test_authenticated_create_is_a_token_select_a_count_and_an_insert(post_plant, settings, django_assert_num_queries):
+    # On every database, throttled as in production with the default store: the token lookup
+    # (every request reads its row), the count (the database's upsert) and the INSERT.
+    settings.PLANTS_THROTTLE_RATE = "600/minute"
     post_plant({"id": 10, "name": "warm-up"})  # the first use of a token records last_used_at
 
-    with django_assert_num_queries(2) as captured:
+    with django_assert_num_queries(3) as context:
         response = post_plant({"id": 11, "name": "Basil"})
 
     assert response.status_code == 200
-    statements = [query["sql"].split()[0].upper() for query in captured.captured_queries]
-    assert statements == ["SELECT", "INSERT"]
+    statements = [
+        (query["sql"].split()[0], re.search(r'"(plants_\w+)"', query["sql"])[1]) for query in context.captured_queries
+    ]
+    assert statements == [
+        ("SELECT", "plants_apitoken"),
+        ("INSERT", "plants_ratelimitcounter"),
+        ("INSERT", "plants_plant"),
+    ]
 
 
 def test_create_answer_carries_the_security_headers_and_no_cookie(post_plant):

@@ -66,7 +66,6 @@ def unsupported_media_type(reach):
 
 def throttled(reach):
     reach.settings.PLANTS_THROTTLE_RATE = "1/day"
-    reach.settings.PLANTS_THROTTLE_DIR = str(reach.tmp_path)
     reach.post_plant(ROSE)
     return reach.post_plant({"id": 2, "name": "Rose"})
 

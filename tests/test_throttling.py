@@ -1,19 +1,15 @@
 """Per-token rate limits: RateLimit headers on every counted answer, 429 past the quota, one shared count."""
 
-import fcntl
 import json
 import math
-import multiprocessing
-import os
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from plants.models import Plant
-from plants.rate_stores import CountersFileStore
+from plants import rate_stores
+from plants.models import Plant, RateLimitCounter
 from plants.services import token_issue
 from plants.throttling import RatePolicy, rate_policy
 from tests.live import request
@@ -36,11 +32,11 @@ class Clock:
         return self.now
 
 
-@pytest.fixture(params=["file", "redis"])
-def store(request, settings, tmp_path):
-    """Each test runs against both stores: the default counters file, and a real redis-server."""
-    settings.PLANTS_THROTTLE_DIR = str(tmp_path / "rate-limits")
-    settings.REDIS_URL = request.getfixturevalue("redis_server").url if request.param == "redis" else ""
+@pytest.fixture(params=["database", pytest.param("redis", marks=pytest.mark.live)])
+def store(request, settings):
+    """Each test runs against both stores: the default (the database), and a real redis-server."""
+    if request.param == "redis":
+        request.getfixturevalue("counting_in_redis")
     return request.param
 
 
@@ -133,10 +129,9 @@ def test_empty_rate_turns_throttling_and_its_headers_off(settings, post_plant):
     assert {rate_limit_headers(answer) for answer in answers} == {(None, None)}
 
 
-def test_redis_outage_fails_closed_with_503_and_stores_nothing(settings, redis_server, post_plant, caplog):
+def test_redis_outage_fails_closed_with_503_and_stores_nothing(settings, counting_in_redis, post_plant, caplog):
     settings.PLANTS_THROTTLE_RATE = "3/hour"
-    settings.REDIS_URL = redis_server.url
-    redis_server.stop()
+    counting_in_redis.stop()
 
     response = post_plant({"id": 1, "name": "Rose"})
 
@@ -147,83 +142,7 @@ def test_redis_outage_fails_closed_with_503_and_stores_nothing(settings, redis_s
     assert "rate-limit store unavailable: ConnectionError" in caplog.text
 
 
-def test_unwritable_counters_file_fails_closed_with_503(settings, tmp_path, post_plant, caplog):
-    settings.PLANTS_THROTTLE_RATE = "3/hour"
-    settings.REDIS_URL = ""
-    not_a_directory = tmp_path / "file"
-    not_a_directory.write_text("")
-    settings.PLANTS_THROTTLE_DIR = str(not_a_directory)
-
-    response = post_plant({"id": 1, "name": "Rose"})
-
-    assert response.status_code == 503
-    assert response.json()["error"] == 50300
-    assert not Plant.objects.exists()
-    assert "rate-limit store unavailable" in caplog.text
-
-
-def counters_file(directory, window: int = HOUR):
-    return directory / f"rate-limits-{window}s.counters"
-
-
-@pytest.fixture
-def counting_in(settings, tmp_path, clock):
-    """3/hour in a counters file of the test's own: its directory."""
-    settings.PLANTS_THROTTLE_RATE = "3/hour"
-    settings.REDIS_URL = ""
-    settings.PLANTS_THROTTLE_DIR = str(tmp_path)
-    return tmp_path
-
-
-def test_file_that_is_not_a_counters_file_fails_closed_and_is_left_as_it_was(counting_in, post_plant):
-    counters_file(counting_in).write_bytes(b"something else" * 1000)
-
-    response = post_plant({"id": 1, "name": "Rose"})
-
-    assert response.status_code == 503
-    assert counters_file(counting_in).read_bytes() == b"something else" * 1000
-    assert not Plant.objects.exists()
-
-
-@pytest.fixture
-def other_client(api_client):
-    """A second token's create: its status code."""
-    _, secret = token_issue(name="other-client")
-
-    def post(plant_id: int) -> int:
-        headers = {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
-        return api_client.post("/plants", {"id": plant_id, "name": "Fern"}, format="json", **headers).status_code
-
-    return post
-
-
-def test_counters_file_full_of_this_windows_tokens_fails_closed_for_a_new_token_until_the_window_turns(
-    counting_in, clock, post_plant, other_client, monkeypatch, caplog
-):
-    monkeypatch.setattr("plants.rate_stores.COUNTERS_CAPACITY", 1)
-
-    assert post_plant({"id": 1, "name": "Rose"}).status_code == 200
-    assert other_client(2) == 503
-    assert "tokens counted in this window fill the counters file" in caplog.text
-    assert post_plant({"id": 3, "name": "Rose"}).status_code == 200  # a token already counted goes on
-
-    clock.now += HOUR
-    assert other_client(4) == 200
-    assert sorted(Plant.objects.values_list("id", flat=True)) == [1, 3, 4]
-
-
-def test_counters_file_keeps_its_size_whatever_the_tokens_and_windows(counting_in, clock, post_plant, other_client):
-    assert post_plant({"id": 1, "name": "Rose"}).status_code == 200
-    size = counters_file(counting_in).stat().st_size
-
-    for plant_id in range(2, 8):
-        clock.now += HOUR
-        assert other_client(plant_id) == 200
-
-    assert counters_file(counting_in).stat().st_size == size
-
-
-def test_a_clock_that_ran_ahead_once_does_not_hold_the_count_back(counting_in, clock, post_plant):
+def test_a_clock_that_ran_ahead_once_does_not_hold_the_count_back(three_per_hour, clock, post_plant):
     clock.now = NOW + 24 * HOUR  # one request under a clock a day ahead, then the clock is put right
     assert post_plant({"id": 1, "name": "Rose"}).status_code == 200
     clock.now = NOW
@@ -233,100 +152,46 @@ def test_a_clock_that_ran_ahead_once_does_not_hold_the_count_back(counting_in, c
     assert statuses == [200, 200, 200, 429]
 
 
-def test_two_rates_count_in_files_of_their_own(tmp_path):
-    store = CountersFileStore(str(tmp_path))
-    hourly = []
-    for minute in range(4):
-        store.increment("minute-token", WINDOW_START + minute * 60, 60)
-        hourly.append(store.increment("hour-token", WINDOW_START, HOUR))
+def test_database_counts_each_token_in_one_row_reused_from_window_to_window(settings, clock, post_plant, issued_token):
+    settings.PLANTS_THROTTLE_RATE = "3/hour"
+    for hour in range(3):
+        clock.now = NOW + hour * HOUR
+        for n in range(2):
+            assert post_plant({"id": 10 * hour + n, "name": "Rose"}).status_code == 200
 
-    assert hourly == [1, 2, 3, 4]
-    assert sorted(path.name for path in tmp_path.iterdir()) == [
-        "rate-limits-3600s.counters",
-        "rate-limits-60s.counters",
-    ]
+    counters = list(RateLimitCounter.objects.values_list("key", "window_start", "count"))
+
+    assert counters == [(issued_token[0].digest, WINDOW_START + 2 * HOUR, 2)]
 
 
-def test_counters_file_cut_short_while_in_use_answers_503_and_the_process_lives_on(counting_in, post_plant):
+def test_request_computed_just_before_its_window_turned_counts_in_the_newer_one(settings, clock, post_plant):
+    settings.PLANTS_THROTTLE_RATE = "3/hour"
+    clock.now = NOW + HOUR  # the next window counts one request
     assert post_plant({"id": 1, "name": "Rose"}).status_code == 200
-    os.truncate(counters_file(counting_in), 100)
-
-    response = post_plant({"id": 2, "name": "Rose"})
-
-    assert (response.status_code, response.json()["error"]) == (503, 50300)
-    assert list(Plant.objects.values_list("id", flat=True)) == [1]
-
-
-def test_counters_file_removed_while_in_use_is_made_again_and_counting_goes_on_there(counting_in, post_plant):
-    assert post_plant({"id": 1, "name": "Rose"}).status_code == 200
-    counters_file(counting_in).unlink()
+    clock.now = NOW  # then one whose clock was read before the window turned
 
     response = post_plant({"id": 2, "name": "Rose"})
 
     assert response.status_code == 200
-    assert rate_limit_headers(response)[1] == '"default";r=2;t=2600'
-    assert counters_file(counting_in).exists()
+    assert RateLimitCounter.objects.get().count == 2
 
 
-def test_counters_file_locked_past_the_timeout_answers_503_until_it_is_released(counting_in, post_plant, monkeypatch):
-    monkeypatch.setattr("plants.rate_stores.LOCK_TIMEOUT_SECONDS", 0.2)
-    assert post_plant({"id": 1, "name": "Rose"}).status_code == 200
-    with open(counters_file(counting_in), "rb") as holder:  # another process's lock, stuck
-        fcntl.flock(holder, fcntl.LOCK_EX)
-        stuck = post_plant({"id": 2, "name": "Rose"})
-        fcntl.flock(holder, fcntl.LOCK_UN)
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_database_count_is_exact_under_concurrent_increments_from_many_connections():
+    from django.db import connection
 
-    assert (stuck.status_code, stuck.json()["error"]) == (503, 50300)
-    assert post_plant({"id": 3, "name": "Rose"}).status_code == 200
-    assert sorted(Plant.objects.values_list("id", flat=True)) == [1, 3]
+    def count_some(_) -> list[int]:
+        try:
+            return [rate_stores.increment("one-token", WINDOW_START, HOUR) for _ in range(50)]
+        finally:
+            connection.close()  # this thread's own connection
 
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        counts = [count for counts in pool.map(count_some, range(8)) for count in counts]
 
-def test_symlink_at_the_counters_file_path_is_refused_and_its_target_never_made(counting_in, post_plant):
-    target = counting_in / "elsewhere"
-    counters_file(counting_in).symlink_to(target)
-
-    response = post_plant({"id": 1, "name": "Rose"})
-
-    assert response.status_code == 503
-    assert not target.exists()
-
-
-def open_descriptors() -> int:
-    return len(os.listdir("/proc/self/fd"))
-
-
-def test_threads_of_a_process_share_one_open_counters_file(tmp_path):
-    store = CountersFileStore(str(tmp_path))
-    store.increment("token", WINDOW_START, HOUR)
-    before = open_descriptors()
-
-    for _ in range(20):  # a thread per request, as some servers run them
-        thread = threading.Thread(target=store.increment, args=("token", WINDOW_START, HOUR))
-        thread.start()
-        thread.join()
-
-    assert open_descriptors() == before
-    assert store.increment("token", WINDOW_START, HOUR) == 22
-
-
-def count_in_child(store, results) -> None:
-    results.put([store.increment("token", WINDOW_START, HOUR) for _ in range(50)])
-
-
-def test_a_process_forked_after_counting_counts_on_in_the_same_file_exactly(tmp_path):
-    store = CountersFileStore(str(tmp_path))
-    assert store.increment("token", WINDOW_START, HOUR) == 1
-    context = multiprocessing.get_context("fork")
-    results = context.Queue()
-    children = [context.Process(target=count_in_child, args=(store, results)) for _ in range(2)]
-    for child in children:
-        child.start()
-    counted = [count for _ in children for count in results.get(timeout=30)]
-    for child in children:
-        child.join(timeout=30)
-
-    assert sorted(counted) == list(range(2, 102))
-    assert store.increment("token", WINDOW_START, HOUR) == 102
+    assert sorted(counts) == list(range(1, 401))
+    assert RateLimitCounter.objects.get(key="one-token").count == 400
 
 
 @pytest.mark.parametrize(
@@ -377,8 +242,7 @@ def test_quota_is_exact_across_worker_processes_and_servers(production_unit, req
     if store_name == "redis":  # two servers sharing one Redis
         environment["REDIS_URL"] = request.getfixturevalue("redis_server").url
         servers = [production_unit(**environment), production_unit(**environment)]
-    else:  # one server, its workers sharing the counters file
-        environment["PLANTS_THROTTLE_DIR"] = str(tmp_path / "rate-limits")
+    else:  # one server, its workers counting in the database
         servers = [production_unit(**environment)]
     wait_out_the_top_of_the_hour()
     started = time.time()
@@ -408,7 +272,7 @@ def test_quota_is_exact_across_worker_processes_and_servers(production_unit, req
 
 
 def test_quota_spent_is_kept_across_a_restart_of_the_server(production_unit, tmp_path, token):
-    environment = {"PLANTS_THROTTLE_RATE": f"{QUOTA}/hour", "PLANTS_THROTTLE_DIR": str(tmp_path / "rate-limits")}
+    environment = {"PLANTS_THROTTLE_RATE": f"{QUOTA}/hour"}
     wait_out_the_top_of_the_hour()
     first = production_unit(**environment)
     spent = post_over_fresh_connections([first], token, QUOTA - 1)
