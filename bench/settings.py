@@ -3,17 +3,16 @@
 The bare view (/bench/bare-plants) runs the same middleware as /plants.
 BENCH_LEVERS (comma-separated) changes one part, for `make bench-levers` to measure what it costs:
 `no-request-log` (plants.requests at WARNING), `no-metrics` (no RequestMetricsMiddleware),
-`no-admin-middleware` (only the API's own middleware: what serving the admin apart would save it),
-`per-instance-fields` (the serializer's fields bound per instance, as DRF does: bench/wsgi.py).
+`no-admin-middleware` (only the API's own middleware: what serving the admin apart would save it).
 """
 
 from plantstore_site.settings import *  # noqa: F403
-from plantstore_site.settings import LOGGING, MIDDLEWARE, environment
+from plantstore_site.settings import LOGGING, MIDDLEWARE, env
 
 ROOT_URLCONF = "bench.urls"
 
-LEVERS = {lever for lever in environment.get("BENCH_LEVERS", "").split(",") if lever}
-if unknown := LEVERS - {"no-request-log", "no-metrics", "no-admin-middleware", "per-instance-fields"}:
+LEVERS = set(env.list("BENCH_LEVERS", default=[]))
+if unknown := LEVERS - {"no-request-log", "no-metrics", "no-admin-middleware"}:
     raise ValueError(f"BENCH_LEVERS: unknown lever(s) {sorted(unknown)}")
 if "no-request-log" in LEVERS:
     LOGGING["loggers"]["plants.requests"]["level"] = "WARNING"

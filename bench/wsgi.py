@@ -1,19 +1,7 @@
-"""WSGI entry point of the benchmark server (bench.settings)."""
+"""WSGI entry point of the benchmark server: production's (plantstore_site/wsgi.py) on bench.settings."""
 
 import os
 
-from django.conf import settings
-from django.core.wsgi import get_wsgi_application
-
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
 
-application = get_wsgi_application()
-
-if "per-instance-fields" in settings.LEVERS:
-    # The serializer without its seam (plants.serializers.shared_bound_fields): DRF's own `fields`,
-    # copied and bound for each instance, for make bench-levers to measure what the seam saves.
-    from rest_framework import serializers
-
-    from plants.serializers import NewPlantSerializer
-
-    NewPlantSerializer.fields = serializers.Serializer.fields
+from plantstore_site.wsgi import application  # noqa: E402, F401

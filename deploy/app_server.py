@@ -10,7 +10,6 @@ reload is a new Granian on a new socket, not Granian's own SIGHUP (deploy/unit.p
 why). A worker that dies is started again.
 """
 
-import json
 import os
 from pathlib import Path
 
@@ -80,36 +79,3 @@ def granian_command(
         "--no-access-log",
         module,
     ]
-
-
-# Granian starts each request's WSGI environ (Django's request.META) as a copy of its own process
-# environment (granian/wsgi.py: `dict(os.environ)`, request data on top), and has no option to
-# leave it out; its --env-files loads a file into that same environment. So request.META would
-# hold every setting, secrets included (DJANGO_SECRET_KEY, DATABASE_URL's password,
-# PLANTS_METRICS_TOKEN), for any error report or debug page to show, and a variable named HTTP_*
-# would read as a header the client sent. Granian therefore starts with these variables alone,
-# none a secret or a header's name, and the settings reach the app in a file only the unit's user
-# can read, which plantstore_site/settings.py reads (PLANTS_SETTINGS_FILE). Anything else a
-# library would read from the environment (libpq's PG*, GRANIAN_*) does not reach it: the command
-# line and the settings say it all (tests/test_settings.py, tests/test_authentication.py,
-# tests/test_systemd_unit.py).
-PROCESS_VARIABLES = ("PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "PYTHONPATH", "DJANGO_SETTINGS_MODULE")
-
-
-def app_server_environment(command: list[str], env: dict, settings_file: Path) -> dict:
-    """The environment to start the app server `command` with, `env` holding the app's settings.
-    Granian's: PROCESS_VARIABLES from `env`, PROMETHEUS_MULTIPROC_DIR (a folder, which
-    prometheus_client reads from the environment) and PLANTS_SETTINGS_FILE, naming `settings_file`,
-    into which `env` is written (mode 600). Another app server (the bench's) builds each request's
-    environ from the request alone: `env` as it is."""
-    if Path(command[0]).name != "granian":
-        return env
-    # Written beside it and renamed over it: a running app server's new worker (a respawn) reads
-    # either the old file or the new one, never a half-written one.
-    partial = settings_file.with_suffix(".partial")
-    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with open(descriptor, "w") as file:
-        json.dump(env, file)
-    os.replace(partial, settings_file)
-    kept = {name: env[name] for name in (*PROCESS_VARIABLES, "PROMETHEUS_MULTIPROC_DIR") if name in env}
-    return {**kept, "PLANTS_SETTINGS_FILE": str(settings_file)}

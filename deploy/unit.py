@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from deploy.app_server import APP_ENVIRONMENT, WORKER_STOP_S, app_server_environment, granian_command
+from deploy.app_server import APP_ENVIRONMENT, WORKER_STOP_S, granian_command
 from deploy.processes import ROOT, ServerProcess, accepts_unix_connections, children, http_status, wait_until
 
 NGINX_TEMPLATE = ROOT / "deploy" / "nginx.conf"
@@ -187,9 +187,9 @@ class Unit:
         """Start an app server on socket_path and wait until the socket accepts; on any failure,
         stop it (it serves no one yet) and raise."""
         command = [part.format(socket=self.socket_path) for part in self.app_command]
-        # Granian's environment holds no setting: they are in a file (deploy/app_server.py says why).
-        process_env = app_server_environment(command, self.app_env(), self.run_dir / "app-settings.json")
-        app = ServerProcess("app", command, process_env, self.log_path, self.supervised)
+        # The unit's settings, as its environment has them: none reaches a request's environ
+        # (plantstore_site/wsgi.py says why).
+        app = ServerProcess("app", command, self.app_env(), self.log_path, self.supervised)
         app.launch()
         try:
             # Granian makes its socket at once but listens on it only once a worker has loaded the

@@ -13,9 +13,10 @@ from prometheus_client import (
     multiprocess,
 )
 
-# Under the app server every worker writes its samples to files in PROMETHEUS_MULTIPROC_DIR (one folder
-# per unit, shared by a reload's old and new app servers, emptied at start by deploy/unit.py) and /metrics sums them; elsewhere (runserver, tests)
-# the samples live in this process.
+# prometheus-client reads its own variable, PROMETHEUS_MULTIPROC_DIR, from the environment. Under the
+# app server every worker writes its samples to files in that folder (one per unit, shared by a
+# reload's old and new app servers, emptied at start by deploy/unit.py) and /metrics sums them;
+# elsewhere (runserver, tests) the samples live in this process.
 MULTIPROCESS = bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
 # The classic text format, which every Prometheus 2.x reads (our names need none of 1.0.0's escaping).
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4

@@ -1,55 +1,38 @@
-"""Settings for the Plant Store service, read from the environment (see README)."""
+"""Settings for the Plant Store service, read from the environment (docs/configuration.md lists them all).
 
-import json
-import os
+Read with django-environ, as Django projects do; DJANGO_ENV_FILE may name a file of NAME=value lines
+read first, below the process environment (a variable set in both keeps the environment's value).
+"""
+
 from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+import environ
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
+env = environ.Env()
+if env_file := env.str("DJANGO_ENV_FILE", default=""):
+    environ.Env.read_env(env_file)
 
-def settings_environment() -> dict[str, str]:
-    """The variables the settings are read from: the process environment, and over it those in the
-    JSON file PLANTS_SETTINGS_FILE names, if set. A unit starts its app server that way, with no
-    setting in its process environment, which Granian copies into every request's environ
-    (deploy/app_server.py: app_server_environment)."""
-    path = os.environ.get("PLANTS_SETTINGS_FILE")
-    return {**os.environ, **(json.loads(Path(path).read_text()) if path else {})}
-
-
-# Lower case: not a setting (django.conf.settings holds only upper-case names), so no page lists it.
-environment = settings_environment()
+# django-environ reads every word it does not know as false: a typo in a security setting must stop
+# the start, not turn the setting off.
+BOOLEAN_WORDS = {*environ.Env.BOOLEAN_TRUE_STRINGS, "0", "false", "off", "no", "n", ""}
 
 
 def env_bool(name: str, default: bool = False) -> bool:
-    value = environment.get(name)
-    if value is None or value == "":
-        return default
-    if value.lower() in {"1", "true", "yes", "on"}:
-        return True
-    if value.lower() in {"0", "false", "no", "off"}:
-        return False
-    raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), not {value!r}.")
-
-
-def env_int(name: str, default: int) -> int:
-    value = environment.get(name) or str(default)
-    try:
-        return int(value)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be a whole number, not {value!r}.") from None
-
-
-def env_list(name: str, default: str) -> list[str]:
-    return [item.strip() for item in environment.get(name, default).split(",") if item.strip()]
+    """env.bool(), with a word that is neither true nor false refused; unset or empty: the default."""
+    value = env.str(name, default="").strip()
+    if value.lower() not in BOOLEAN_WORDS:
+        raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), not {value!r}.")
+    return env.bool(name) if value else default
 
 
 DEBUG = env_bool("DJANGO_DEBUG")
 
-SECRET_KEY = environment.get("DJANGO_SECRET_KEY", "")
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="")
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured(
@@ -58,8 +41,8 @@ if not SECRET_KEY:
         )
     SECRET_KEY = "insecure-development-only-key"  # only ever used with DJANGO_DEBUG=1
 
-ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
-CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", cast=str.strip, default=["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", cast=str.strip, default=[])
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -99,15 +82,15 @@ MIDDLEWARE = [
 # limit is higher than a pair's: it catches one client guessing across many names, while an
 # office behind one NAT address that mistypes a few passwords is not locked out whole.
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
-PLANTS_ADMIN_LOGIN_FAILURES = env_int("PLANTS_ADMIN_LOGIN_FAILURES", 5)
-PLANTS_ADMIN_CLIENT_LOGIN_FAILURES = env_int("PLANTS_ADMIN_CLIENT_LOGIN_FAILURES", 20)
+PLANTS_ADMIN_LOGIN_FAILURES = env.int("PLANTS_ADMIN_LOGIN_FAILURES", default=5)
+PLANTS_ADMIN_CLIENT_LOGIN_FAILURES = env.int("PLANTS_ADMIN_CLIENT_LOGIN_FAILURES", default=20)
 if not 1 <= PLANTS_ADMIN_LOGIN_FAILURES <= PLANTS_ADMIN_CLIENT_LOGIN_FAILURES:
     raise ImproperlyConfigured(
         "PLANTS_ADMIN_LOGIN_FAILURES must be at least 1, and PLANTS_ADMIN_CLIENT_LOGIN_FAILURES at least as "
         f"large (not {PLANTS_ADMIN_LOGIN_FAILURES} and {PLANTS_ADMIN_CLIENT_LOGIN_FAILURES})."
     )
 AXES_FAILURE_LIMIT = "plants.login_lockout.failure_limit"  # the pair's limit or the client's: see there
-AXES_COOLOFF_TIME = timedelta(minutes=env_int("PLANTS_ADMIN_LOCKOUT_MINUTES", 15))
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("PLANTS_ADMIN_LOCKOUT_MINUTES", default=15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
 AXES_RESET_ON_SUCCESS = False  # plants.login_lockout clears the pair's failures alone
 AXES_CLIENT_IP_CALLABLE = "plants.views.client_ip"
@@ -137,8 +120,8 @@ DEFAULT_DATABASE_URL = f"sqlite:///{BASE_DIR / 'db.sqlite3'}"
 try:
     DATABASES = {
         "default": dj_database_url.parse(
-            environment.get("DATABASE_URL") or DEFAULT_DATABASE_URL,
-            conn_max_age=env_int("DJANGO_CONN_MAX_AGE", 60),
+            env.str("DATABASE_URL", default="") or DEFAULT_DATABASE_URL,
+            conn_max_age=env.int("DJANGO_CONN_MAX_AGE", default=60),
             conn_health_checks=True,
         )
     }
@@ -172,7 +155,7 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = Path(environment.get("DJANGO_STATIC_ROOT") or BASE_DIR / "staticfiles")
+STATIC_ROOT = Path(env.str("DJANGO_STATIC_ROOT", default="") or BASE_DIR / "staticfiles")
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
@@ -188,22 +171,22 @@ STORAGES = {
 SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", default=False)
 # Health checks come from inside (a load balancer, a supervisor) over plain HTTP: never redirected.
 SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^livez$"]
-SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 0 if DEBUG else 31536000)
+SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=0 if DEBUG else 31536000)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
 SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", default=False)
 SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", default=not DEBUG)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
-if proxy_header := environment.get("DJANGO_SECURE_PROXY_SSL_HEADER"):
+if proxy_header := env.str("DJANGO_SECURE_PROXY_SSL_HEADER", default=""):
     # e.g. HTTP_X_FORWARDED_PROTO when a TLS-terminating proxy sets X-Forwarded-Proto: https
     SECURE_PROXY_SSL_HEADER = (proxy_header, "https")
 
 # The API's own limits.
-PLANTS_MAX_BODY_BYTES = env_int("PLANTS_MAX_BODY_BYTES", 4096)
+PLANTS_MAX_BODY_BYTES = env.int("PLANTS_MAX_BODY_BYTES", default=4096)
 # Requests per token per window, as DRF reads a rate (checked at start-up by plants.throttling).
-PLANTS_THROTTLE_RATE = environment.get("PLANTS_THROTTLE_RATE", "600/minute")  # empty: no throttle
+PLANTS_THROTTLE_RATE = env.str("PLANTS_THROTTLE_RATE", default="600/minute")  # empty: no throttle
 # The counters' store: Redis when set (every server shares the limit), through Django's cache
 # framework; else the database itself counts (plants/rate_stores.py).
-REDIS_URL = environment.get("REDIS_URL", "")
+REDIS_URL = env.str("REDIS_URL", default="")
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 if REDIS_URL:
     CACHES["rate_limits"] = {
@@ -214,7 +197,7 @@ if REDIS_URL:
         "OPTIONS": {"socket_timeout": 2, "socket_connect_timeout": 2},
     }
 # /metrics answers only requests bearing this token (Prometheus' `authorization` setting); unset, it is a 404.
-PLANTS_METRICS_TOKEN = environment.get("PLANTS_METRICS_TOKEN", "")
+PLANTS_METRICS_TOKEN = env.str("PLANTS_METRICS_TOKEN", default="")
 if PLANTS_METRICS_TOKEN and len(PLANTS_METRICS_TOKEN) < 32:
     raise ImproperlyConfigured(
         "PLANTS_METRICS_TOKEN must be at least 32 characters; generate one with: "
@@ -268,7 +251,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": "WARNING"},
     "loggers": {
         "plants.requests": {"handlers": ["console"], "level": "INFO", "propagate": False},
-        "plants": {"handlers": ["console"], "level": environment.get("PLANTS_LOG_LEVEL", "INFO"), "propagate": False},
+        "plants": {"handlers": ["console"], "level": env.str("PLANTS_LOG_LEVEL", default="INFO"), "propagate": False},
         # Our request log replaces Django's per-request warnings ("Not Found: /x").
         "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
         # A disallowed Host or admin lookup is the client's mistake: one WARNING line, no traceback.

@@ -122,13 +122,17 @@ def test_database_connections_are_closed_after_each_request():
     assert close_old_connections in finished and close_old_connections in started
 
 
-def test_settings_in_the_file_plants_settings_file_names_are_read_over_the_environment(tmp_path):
-    settings_file = tmp_path / "settings.json"
-    settings_file.write_text(json.dumps({"DJANGO_SECRET_KEY": "from-the-file-" + "x" * 40}))
+def test_settings_in_the_env_file_django_env_file_names_are_read_below_the_environment(tmp_path):
+    env_file = tmp_path / "plantstore.env"
+    env_file.write_text("DJANGO_SECRET_KEY=from-the-file-" + "x" * 40 + "\nDJANGO_DEBUG=maybe\n")
 
-    result = manage_check(PLANTS_SETTINGS_FILE=str(settings_file))
+    from_the_file = manage_check(DJANGO_ENV_FILE=str(env_file))
+    environment_wins = manage_check(DJANGO_ENV_FILE=str(env_file), DJANGO_DEBUG="0")
 
-    assert result.returncode == 0, result.stderr
+    # The file's secret key is read (no "must be set"), and so is its bad DJANGO_DEBUG, unless the
+    # environment sets one.
+    assert "DJANGO_DEBUG must be a boolean (1/0, true/false), not 'maybe'." in from_the_file.stderr
+    assert environment_wins.returncode == 0, environment_wins.stderr
 
 
 @pytest.mark.live

@@ -4,14 +4,11 @@ Idiomatic on purpose: the default apps and middleware, persistent connections as
 cookiecutter-django sets them (CONN_MAX_AGE 60), no request log (Django's default logging).
 """
 
-import json
 import os
-from pathlib import Path
 
 import dj_database_url
 
-# The unit starts Granian with the settings in this file, not in its environment (deploy/app_server.py).
-environment = json.loads(Path(os.environ["PLANTS_SETTINGS_FILE"]).read_text())
+environment = os.environ
 SECRET_KEY = environment["DJANGO_SECRET_KEY"]
 DEBUG = False
 ALLOWED_HOSTS = environment.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1").split(",")
