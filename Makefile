@@ -12,7 +12,7 @@ FAILOVER_PACKAGES = pg-auto-failover-cli postgresql-$$(ls /usr/lib/postgresql | 
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .DEFAULT_GOAL := help
-.PHONY: help run check serve cluster bench bench-levers bench-stack bench-inprocess bench-cluster profile test test-newest newest-pins lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
+.PHONY: help run check serve cluster bench bench-inprocess bench-cluster profile test test-newest newest-pins lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -120,15 +120,7 @@ bench: $(VENV)/.dev $(VENV)/peers/.installed $(VENV)/django-peers/.installed ## 
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
 		scripts/with-postgres $(PYTHON) -m bench.run
 
-bench-levers: $(VENV)/.dev ## the service as make serve runs it with one part of the per-request Python changed per variant, side by side
-	scripts/debian-packages postgresql wrk nginx
-	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
-		scripts/with-postgres $(PYTHON) -m bench.levers
 
-bench-stack: $(VENV)/.dev ## app servers behind nginx (Granian, uWSGI, gunicorn gthread/sync; keep-alive) with the database 0.1, 1, 5 ms away (bench/delay_proxy.py)
-	scripts/debian-packages postgresql wrk nginx
-	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
-		scripts/with-postgres $(PYTHON) -m bench.stack_levers
 
 bench-inprocess: $(VENV)/.dev ## CPU µs per POST /plants in-process (WSGI app called directly, PostgreSQL); BASELINE=<commit> for an A/B
 	scripts/debian-packages postgresql

@@ -6,20 +6,17 @@ Run under scripts/with-postgres. Each app server is a production unit (deploy/un
 Granian with its production settings); wrk runs on the same machine.
 """
 
-import json
 import os
 import secrets
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import dj_database_url
 
+from bench.run import manage, wrk
 from deploy.cluster import Cluster
 from deploy.database import FailoverDatabase
-from deploy.processes import ROOT
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 3))
 SECONDS = int(os.environ.get("BENCH_SECONDS", 10))
@@ -30,18 +27,6 @@ ENV = {
     "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
     "PLANTS_THROTTLE_RATE": "100000000/second",  # on, so its Redis round trip is measured
 }
-
-
-def manage(*args: str, env: dict) -> str:
-    command = [sys.executable, "manage.py", *args]
-    return subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout.strip()
-
-
-def wrk(url: str, token: str, id_base: int, seconds: int) -> dict:
-    command = ["wrk", "-t2", f"-c{CONNECTIONS}", f"-d{seconds}s", "-s", "bench/create.lua", f"{url}/plants"]
-    env = {**os.environ, "BENCH_TOKEN": token, "BENCH_ID_BASE": str(id_base)}
-    output = subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
-    return json.loads(output.strip().splitlines()[-1])
 
 
 def measure(app_servers: int, round_base: int, database: FailoverDatabase | None = None) -> dict:
@@ -55,13 +40,14 @@ def measure(app_servers: int, round_base: int, database: FailoverDatabase | None
         try:
             env = {**os.environ, **ENV, "DATABASE_URL": cluster.env["DATABASE_URL"]}
             env["DJANGO_DB_PREPARED_STATEMENTS"] = cluster.env.get("DJANGO_DB_PREPARED_STATEMENTS", "1")
-            token = manage("token", "issue", f"bench-{app_servers}", env=env)
-            wrk(cluster.url, token, round_base, 3)  # warm-up: connections, prepared caches, throttle keys
-            rounds = [wrk(cluster.url, token, round_base + (n + 1) * 10**10, SECONDS) for n in range(ROUNDS)]
+            token = manage("token", "issue", f"bench-{app_servers}", env=env).strip()
+            url = f"{cluster.url}/plants"
+            wrk(url, token, round_base, 3, CONNECTIONS)  # warm-up: connections, prepared caches, throttle keys
+            rounds = [wrk(url, token, round_base + (n + 1) * 10**10, SECONDS, CONNECTIONS) for n in range(ROUNDS)]
         finally:
             cluster.stop()
     return {
-        "creates/s": statistics.median(r["requests"] / (r["duration_us"] / 1e6) for r in rounds),
+        "creates/s": statistics.median(r["rps"] for r in rounds),
         "p50 ms": statistics.median(r["p50_us"] for r in rounds) / 1000,
         "p99 ms": statistics.median(r["p99_us"] for r in rounds) / 1000,
         "errors": sum(r["non_2xx"] + r["socket_errors"] for r in rounds),

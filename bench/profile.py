@@ -31,17 +31,17 @@ FLAMEGRAPH = ROOT / "bench" / "flamegraph.svg"
 # sample the part of its deepest such frame. Library frames below a part (psycopg under the token
 # lookup, say) are that part's cost.
 PARTS = [
-    (r"token_by_digest \(plants/statements", "authentication: token SELECT (recorded statement, psycopg, round trip)"),
-    (r"plants/authentication", "authentication: header, SHA-256, status checks"),
-    (r"plant_create \(plants/services", "the INSERT (recorded statement, psycopg, round trip)"),
-    (r"plants/(throttling|rate_stores)", "throttle (one increment in the rate-limit counters file)"),
+    (r"plants/authentication", "authentication: header, SHA-256, the token SELECT (ORM, psycopg, round trip)"),
+    (r"plant_create \(plants/services", "the INSERT (ORM, psycopg, round trip)"),
+    (r"plants/(throttling|rate_stores)", "throttle: the count (the database's upsert, or Redis)"),
     (r"plants/metrics|prometheus_client/", "metrics (RequestMetricsMiddleware, counters)"),
     (r"plants/parsers|Request\._parse|Request\._load_data|Request\.data ", "reading the body, JSON parse"),
     (r"plants/serializers|rest_framework/(serializers|fields)\.py", "NewPlant validation (DRF serializer)"),
-    (r"plant_representation|rest_framework/renderers|Response\.rendered_content", "the answer: dict, JSON render"),
+    (r"to_representation|rest_framework/renderers|Response\.rendered_content", "the answer: dict, JSON render"),
     (r"plants/negotiation|perform_content_negotiation", "content negotiation"),
     (r"rest_framework/permissions", "permission check"),
     (r"rest_framework/|plants/views", "DRF request/response wrapping (APIView.dispatch, Request, Response)"),
+    (r"plantstore_site/wsgi", "the process environment taken out of the request's environ"),
     (r"plants/middleware", "request log (RequestLogMiddleware: json.dumps, logging to a file)"),
     (
         r"django/(middleware|contrib/\w+/middleware|utils/deprecation)|whitenoise/|axes/",
@@ -55,7 +55,6 @@ PARTS = [
         r"django/(core/handlers|core/signals|urls|http|views)/",
         "Django request handler (WSGIRequest, URL resolution, HttpResponse)",
     ),
-    (r"gunicorn/", "gunicorn: HTTP parsing, socket I/O, gthread worker loop"),
 ]
 OTHER = "other (thread pool, interpreter)"
 
@@ -66,27 +65,6 @@ def part_of(stack: list[str]) -> str:
             if re.search(pattern, frame):
                 return part
     return OTHER
-
-
-# The innermost frame's library, for the second table: what kind of code the CPU runs.
-LIBRARIES = [
-    (r"psycopg", "psycopg"),
-    (r"django/db/", "Django ORM and database backend"),
-    (r"\((json|logging|threading|selectors|socket|ssl|uuid|re|hashlib|datetime|copy|queue)[/.]", None),
-    (r"\(gunicorn/", "gunicorn"),
-    (r"\(rest_framework/", "DRF"),
-    (r"\(django/", "Django (not the ORM)"),
-    (r"\(whitenoise/", "whitenoise"),
-    (r"\(plants/", "plants (our code)"),
-]
-
-
-def library_of(stack: list[str]) -> str:
-    frame = stack[-1]
-    for pattern, library in LIBRARIES:
-        if match := re.search(pattern, frame):
-            return library or f"Python's {match.group(1)}"
-    return "other"
 
 
 def load(url: str, token: str, id_base: int, seconds: int) -> subprocess.Popen:
@@ -122,15 +100,12 @@ def main() -> None:
             time.sleep(1)
             py_spy(server.app.process.pid, raw, "raw", SECONDS)
             requests_of(wrk)
-            samples, libraries = Counter(), Counter()
+            samples = Counter()
             for line in raw.read_text().splitlines():
                 stack, _, count = line.rpartition(" ")
                 if not count.isdigit():  # a frame's text broken over lines (seen once): not a sample line
                     continue
                 samples[part_of(stack.split(";"))] += int(count)
-                libraries[library_of(stack.split(";"))] += int(count)
-            if keep := os.environ.get("PROFILE_RAW"):  # py-spy's collapsed stacks, for a closer look
-                raw.replace(keep)
         wrk = load(url, token, 4 * ID_BLOCK, SECONDS + 2)
         time.sleep(1)
         py_spy(server.app.process.pid, FLAMEGRAPH, "flamegraph", SECONDS)
@@ -143,9 +118,6 @@ def main() -> None:
     print("| part of the stack | share of samples | µs per request |\n|---|---|---|")
     for part, count in samples.most_common():
         print(f"| {part} | {count / total:.1%} | {count / total * cpu_per_request_us:.0f} |")
-    print("\n| innermost frame's library | share of samples | µs per request |\n|---|---|---|")
-    for library, count in libraries.most_common():
-        print(f"| {library} | {count / total:.1%} | {count / total * cpu_per_request_us:.0f} |")
 
 
 if __name__ == "__main__":

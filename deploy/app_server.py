@@ -1,7 +1,7 @@
 """The app server of every production unit: Granian (WSGI) on the unit's unix socket, its settings from the unit.
 
-Granian is actively maintained (uWSGI, which ran here until issue 26, is in maintenance mode) and was
-measured against it behind the same nginx (figures: BENCHMARKS.md, issue 26). nginx speaks HTTP/1.1
+Granian is actively maintained (uWSGI, which ran here before it, is in maintenance mode) and was
+measured against it behind the same nginx (docs/decisions/app-server.md). nginx speaks HTTP/1.1
 to it and keeps idle connections open for the next requests (deploy/nginx.conf). One process per
 core, each with APP_THREADS threads to wait out database round trips.
 

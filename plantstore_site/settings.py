@@ -60,8 +60,9 @@ INSTALLED_APPS = [
 ]
 
 # Every request runs all of it, in Django's recommended order. The API's views are csrf_exempt (DRF's),
-# read no cookie or session and set none; under Granian the admin's parts cost a create nothing
-# measurable (serving the admin apart, without them on the API, saved no CPU: BENCHMARKS.md, issue 26).
+# read no cookie or session and set none. The admin's parts cost an API request about 95 us of CPU in
+# process, but serving the admin from an app server of its own saved nothing measurable under Granian
+# (docs/decisions/app-server.md).
 MIDDLEWARE = [
     "plants.metrics.RequestMetricsMiddleware",  # first, so it times and counts every answer
     "plants.middleware.RequestLogMiddleware",
