@@ -36,7 +36,7 @@ run: $(VENV)/.runtime ## set up .venv, migrate, and serve on 127.0.0.1:$PORT (de
 	@echo
 	DJANGO_DEBUG=1 $(PYTHON) manage.py runserver 127.0.0.1:$(PORT)
 
-check: lint $(VENV)/.dev ## the inner loop, about a minute: lint, then every test that starts no server process, on SQLite
+check: lint $(VENV)/.dev ## the inner loop (about 15 s warm): lint, then every test that starts no server process, on SQLite
 	env -u DATABASE_URL $(VENV)/bin/pytest -m "not live" -q -p no:cacheprovider $(PYTEST_ARGS)
 
 serve: $(VENV)/.runtime ## production path: migrate, collectstatic, one production unit: nginx in front of Granian (HUP reloads; needs DJANGO_SECRET_KEY; DATABASE_URL)
@@ -115,7 +115,7 @@ $(VENV)/django-peers/.installed: requirements.txt bench/peers/requirements-djang
 	$(VENV)/django-peers/bin/pip install --quiet --disable-pip-version-check -r bench/peers/requirements-django.txt
 	touch $@
 
-bench: $(VENV)/.dev $(VENV)/peers/.installed $(VENV)/django-peers/.installed ## benchmark POST /plants beside a bare Django view, DRF and django-ninja peers and a FastAPI peer (wrk, PostgreSQL), and the rate-limit stores; writes BENCHMARKS.md
+bench: $(VENV)/.dev $(VENV)/peers/.installed $(VENV)/django-peers/.installed ## benchmark POST /plants beside a bare Django view, DRF and django-ninja peers and a FastAPI peer (wrk, PostgreSQL); writes BENCHMARKS.md
 	scripts/debian-packages postgresql wrk redis-server nginx
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
 		scripts/with-postgres $(PYTHON) -m bench.run
@@ -135,7 +135,7 @@ bench-cluster: $(VENV)/.dev ## creates/s through make cluster's HAProxy with one
 	scripts/debian-packages $(FAILOVER_PACKAGES)
 	scripts/with-postgres $(PYTHON) -m bench.cluster
 
-mutants: $(VENV)/.dev ## plant hand-made bugs in the rules (scripts/mutants.py); fails if the suite misses one
+mutants: $(VENV)/.dev ## plant hand-made bugs in the rules (scripts/mutants.py); fails if make check misses one
 	$(PYTHON) scripts/mutants.py
 
 clean: ## remove the venv, caches, test artefacts and the local SQLite database

@@ -1,9 +1,6 @@
-"""`make bench-cluster`: creates/s through HAProxy with one and with two app servers, in front of one
-PostgreSQL behind PgBouncer in transaction mode and in front of make cluster's failover pair (a
-primary and a synchronous standby, deploy/database.py), Redis throttle counters; a Markdown table.
-
-Run under scripts/with-postgres. Each app server is a production unit (deploy/unit.py: nginx, then
-Granian with its production settings); wrk runs on the same machine.
+"""`make bench-cluster`: creates/s through make cluster's HAProxy with one and with two production units,
+on one PostgreSQL behind PgBouncer and on the failover pair (deploy/database.py), counted in Redis.
+Run under scripts/with-postgres; wrk runs on the same machine; prints a Markdown table.
 """
 
 import os

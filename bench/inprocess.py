@@ -18,6 +18,7 @@ import tempfile
 import time
 from io import BytesIO
 from pathlib import Path
+from wsgiref.util import setup_testing_defaults
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUESTS = int(os.environ.get("BENCH_REQUESTS", 3000))
@@ -35,30 +36,18 @@ ENV = {
 def environ(token: str, plant_id: int) -> dict:
     """What an app server hands the app for wrk's request (bench/create.lua)."""
     body = f'{{"id": {plant_id}, "name": "Plant {plant_id}", "tag": "bench"}}'.encode()
-    return {
+    request = {
         "REQUEST_METHOD": "POST",
-        "SCRIPT_NAME": "",
         "PATH_INFO": "/plants",
-        "QUERY_STRING": "",
-        "RAW_URI": "/plants",
-        "SERVER_PROTOCOL": "HTTP/1.1",
         "SERVER_NAME": "127.0.0.1",
-        "SERVER_PORT": "8000",
-        "REMOTE_ADDR": "127.0.0.1",
-        "REMOTE_PORT": "40000",
         "HTTP_HOST": "127.0.0.1:8000",
-        "HTTP_CONTENT_TYPE": "application/json",
         "CONTENT_TYPE": "application/json",
         "CONTENT_LENGTH": str(len(body)),
         "HTTP_AUTHORIZATION": f"Bearer {token}",
         "wsgi.input": BytesIO(body),
-        "wsgi.errors": sys.stderr,
-        "wsgi.url_scheme": "http",
-        "wsgi.version": (1, 0),
-        "wsgi.multithread": True,
-        "wsgi.multiprocess": True,
-        "wsgi.run_once": False,
     }
+    setup_testing_defaults(request)  # the other keys a WSGI server sets, as the standard library has them
+    return request
 
 
 def child(token: str, id_base: int) -> None:

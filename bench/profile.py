@@ -1,11 +1,8 @@
 """`make profile`: where an app server worker's CPU goes per POST /plants, by part of the stack.
 
-Run under scripts/with-postgres, as make bench is. Starts the service as `make serve` runs it (nginx,
-Granian), loads POST /plants
-with wrk, and (1) reads the workers' CPU time per request from /proc, unprofiled; (2) samples
-the workers with py-spy (`--gil`: only threads running Python, never one waiting on PostgreSQL)
-and charges each sample to the deepest frame naming a part of the request; (3) records the flame
-graph `bench/flamegraph.svg` in a third run. Prints the table BENCHMARKS.md quotes.
+Run under scripts/with-postgres. Starts the service as `make serve` runs it, loads it with wrk,
+reads the workers' CPU per request from /proc (unprofiled), then samples them with py-spy (`--gil`)
+and charges each sample to the deepest frame naming a part; a third run writes bench/flamegraph.svg.
 """
 
 import json

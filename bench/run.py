@@ -1,13 +1,9 @@
-"""`make bench`: load the service, a bare Django view and three peers side by side, and report.
-
-Run under scripts/with-postgres (DATABASE_URL set, pg_stat_statements loaded). Every target is on its
-production path, a production unit (deploy/unit.py: nginx in front of the app server): the service
-as `make serve` runs it, with the bare view in the same unit; the DRF and django-ninja peers under
-the same Granian settings; the FastAPI peer under uvicorn behind the same nginx with upstream
-keep-alive, as its users run it. Rounds rotate which target goes first so all meet the same machine
-state; the figures and the machine's description are printed and written to BENCHMARKS.md.
+"""`make bench`: the service, a bare Django view and three peers side by side, each on its production
+path (a unit of deploy/unit.py; the FastAPI peer under uvicorn behind the same nginx), in rotating
+rounds. Run under scripts/with-postgres; prints the figures and writes them to BENCHMARKS.md.
 """
 
+import functools
 import json
 import os
 import platform
@@ -51,17 +47,16 @@ def manage(*args: str, env: dict) -> str:
     ).stdout
 
 
+@functools.cache
+def database() -> psycopg.Connection:
+    return psycopg.connect(os.environ["DATABASE_URL"], autocommit=True)
+
+
 def psql(sql: str) -> str:
     """The first column of the first row of `sql`, on one connection kept for the whole run."""
-    global _connection
-    if _connection is None:
-        _connection = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True)
-    cursor = _connection.execute(sql)
+    cursor = database().execute(sql)
     row = cursor.fetchone() if cursor.description else None
     return str(row[0]) if row else ""
-
-
-_connection = None
 
 
 ENV = {
@@ -101,24 +96,15 @@ def wrk(url: str, token: str, id_base: int, seconds: int, connections: int = CON
     return figures
 
 
-def statements_since_reset() -> int:
-    return int(
-        psql(
-            "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
-            "WHERE d.datname = current_database() AND s.query NOT ILIKE '%pg_stat_statements%'"
-        )
-    )
+STATEMENTS = (
+    "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
+    "WHERE d.datname = current_database() AND s.query NOT ILIKE '%pg_stat_statements%'"
+)
 
 
 def machine() -> str:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if "model name" in line
-        ),
-        platform.processor(),
-    )
+    names = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")]
+    cpu = names[0] if names else platform.processor()
     memory_kib = int(Path("/proc/meminfo").read_text().split()[1])
     return (
         f"{os.cpu_count()} cores ({cpu}), {memory_kib / 1024 / 1024:.0f} GiB, Linux {platform.release()}, "
@@ -152,24 +138,22 @@ def main() -> None:
     report(rounds, peak_rss)
 
 
-def run_rounds(
-    servers: dict, token: str, targets: dict = TARGETS, rounds: int = ROUNDS, seconds: int = SECONDS
-) -> dict[str, list[dict]]:
-    urls = {name: servers[server].url + path for name, (server, path, _) in targets.items()}
+def run_rounds(servers: dict, token: str) -> dict[str, list[dict]]:
+    urls = {name: servers[server].url + path for name, (server, path, _) in TARGETS.items()}
     results = {name: [] for name in urls}
     id_base = 0
     for url in urls.values():  # warm-up: imports, connections, caches
         wrk(url, token, id_base := id_base + ID_BLOCK, 3)
-    for round_number in range(rounds):
+    for round_number in range(ROUNDS):
         # Rotate which goes first, so none always meets the fuller table or warmer caches.
         names = list(urls)
         for name in names[round_number % len(names) :] + names[: round_number % len(names)]:
             psql("SELECT pg_stat_statements_reset()")
-            server_pids = servers[targets[name][0]].pids()
+            server_pids = servers[TARGETS[name][0]].pids()
             cpu_before = cpu_seconds(server_pids)
-            figures = wrk(urls[name], token, id_base := id_base + ID_BLOCK, seconds)
+            figures = wrk(urls[name], token, id_base := id_base + ID_BLOCK, SECONDS)
             figures["cpu_seconds"] = cpu_seconds(server_pids) - cpu_before
-            figures["statements"] = statements_since_reset()
+            figures["statements"] = int(psql(STATEMENTS))
             figures["stored"] = rows_stored(id_base)
             if figures["stored"] < figures["requests"] - figures["non_2xx"]:
                 raise SystemExit(f"bench: {name} answered 2xx for more plants than it stored; see its log")
