@@ -134,8 +134,8 @@ MUTANTS = [
     ),
     (
         "plants/rate_stores.py",
-        "        if slot_window == newest and slot_key == key:",
-        "        if slot_key == key:",
+        'f"{count} = CASE WHEN {fresh} THEN 1 ELSE {table}.{count} + 1 END, "',
+        'f"{count} = CASE WHEN {fresh} THEN {table}.{count} + 1 ELSE 1 END, "',
         "a new window keeps the old count",
     ),
     (

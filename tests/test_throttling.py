@@ -142,6 +142,26 @@ def test_redis_outage_fails_closed_with_503_and_stores_nothing(settings, countin
     assert "rate-limit store unavailable: ConnectionError" in caplog.text
 
 
+def test_unreachable_redis_fails_closed_with_503_and_stores_nothing(settings, post_plant, caplog):
+    from deploy.processes import free_port
+
+    settings.PLANTS_THROTTLE_RATE = "3/hour"
+    settings.CACHES = {  # a port no server listens on: refused at once, no server to start
+        **settings.CACHES,
+        "rate_limits": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": f"redis://127.0.0.1:{free_port()}/0",
+        },
+    }
+
+    response = post_plant({"id": 1, "name": "Rose"})
+
+    assert response.status_code == 503
+    assert response.json() == {"error": 50300, "message": "The service cannot reach its rate-limit store; retry later."}
+    assert not Plant.objects.exists()
+    assert "rate-limit store unavailable: ConnectionError" in caplog.text
+
+
 def test_a_clock_that_ran_ahead_once_does_not_hold_the_count_back(three_per_hour, clock, post_plant):
     clock.now = NOW + 24 * HOUR  # one request under a clock a day ahead, then the clock is put right
     assert post_plant({"id": 1, "name": "Rose"}).status_code == 200
