@@ -22,8 +22,8 @@ from plants.throttling import add_rate_limit_headers
 class PlantViewSet(viewsets.GenericViewSet):
     """POST /plants: validate a NewPlant, store it, answer 200 with the Plant.
 
-    Its own `create`, not CreateModelMixin's: the contract answers 200 (the mixin's is 201 with a
-    Location), and a retry of the same create answers the stored plant.
+    Its own `create`, not CreateModelMixin's: the contract answers 200 (the mixin's answers 201),
+    and a retry of the same create answers the stored plant.
     """
 
     serializer_class = NewPlantSerializer
