@@ -6,6 +6,8 @@ import os
 import re
 import time
 
+from plants import tracing
+
 logger = logging.getLogger("plants.requests")
 
 REQUEST_ID_HEADER = "X-Request-ID"
@@ -14,7 +16,9 @@ SAFE_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 class RequestLogMiddleware:
-    """Logs `{"method", "path", "status", "duration_ms", "token", "request_id"}` as JSON.
+    """Logs `{"method", "path", "status", "duration_ms", "token", "request_id", "trace_id", "span_id"}`
+    as JSON: the trace and span ids of the request's span (plants/tracing.py), as OpenTelemetry's log
+    correlation names and writes them.
 
     Never a body, a query string or a credential: `token` is the token's name.
     """
@@ -31,6 +35,7 @@ class RequestLogMiddleware:
         response = self.get_response(request)
         response[REQUEST_ID_HEADER] = request_id
         if logger.isEnabledFor(logging.INFO):
+            trace_id, span_id = tracing.request_trace_ids(request)
             auth = getattr(request, "auth", None)  # DRF copies the authenticated ApiToken here
             fields = {
                 "method": request.method,
@@ -39,6 +44,8 @@ class RequestLogMiddleware:
                 "duration_ms": round((time.perf_counter() - started) * 1000, 2),
                 "token": getattr(auth, "name", None),
                 "request_id": request_id,
+                "trace_id": trace_id,
+                "span_id": span_id,
             }
             logger.info(json.dumps(fields))
         return response

@@ -50,6 +50,22 @@ create_plant_schema = extend_schema(
     request=NewPlantSerializer,
     parameters=[
         OpenApiParameter(
+            "traceparent",
+            OpenApiTypes.STR,
+            OpenApiParameter.HEADER,
+            description=(
+                "W3C Trace Context (`00-<trace-id>-<parent-id>-<flags>`): a valid one makes the request a span "
+                "of the caller's trace, whose id the request's log line carries. A missing or invalid one starts "
+                "a new trace; it is never an error. No `traceresponse` is sent back: X-Request-ID names the request."
+            ),
+        ),
+        OpenApiParameter(
+            "tracestate",
+            OpenApiTypes.STR,
+            OpenApiParameter.HEADER,
+            description="W3C Trace Context's vendor entries, kept with the trace when the service exports spans.",
+        ),
+        OpenApiParameter(
             "X-Request-ID",
             OpenApiTypes.STR,
             OpenApiParameter.HEADER,

@@ -235,6 +235,13 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "plants.schema.finalize_schema"],
 }
 
+# OpenTelemetry's traces, on when OTEL_TRACES_EXPORTER names an exporter (plants/tracing.py); every
+# other OTEL_* variable is read by OpenTelemetry's SDK itself. OTEL_SDK_DISABLED turns it off, as
+# the SDK's own switch.
+PLANTS_TRACING = env.str("OTEL_TRACES_EXPORTER", default="").strip().lower() not in ("", "none") and not env_bool(
+    "OTEL_SDK_DISABLED"
+)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

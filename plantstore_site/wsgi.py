@@ -10,9 +10,17 @@ own value of the same name is kept. Other app servers build the environ from the
 
 import os
 
+from django.conf import settings
 from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "plantstore_site.settings")
+
+if settings.PLANTS_TRACING:
+    # Here, in each worker the app server starts, not before it forks: the SDK's exporter thread
+    # must run in the process whose spans it sends.
+    from plants import tracing
+
+    tracing.instrument()
 
 
 def without_process_environment(application):

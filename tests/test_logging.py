@@ -23,6 +23,7 @@ def test_each_request_logs_one_json_line_with_token_name_and_request_id(request_
     assert len(lines) == 1
     entry = json.loads(lines[0])
     assert entry.pop("duration_ms") >= 0
+    assert len(entry.pop("trace_id")) == 32 and len(entry.pop("span_id")) == 16  # tests/test_traces.py
     assert entry == {"method": "POST", "path": "/plants", "status": 200, "token": "test-client", "request_id": "req-42"}
     assert response["X-Request-ID"] == "req-42"
     assert token not in request_log.text

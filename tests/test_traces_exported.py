@@ -1,0 +1,216 @@
+"""OpenTelemetry on, by its standard environment, in `make serve` (nginx in front of two Granian
+workers, SQLite) and `make cluster` (nginx, HAProxy, two units on PostgreSQL through PgBouncer).
+OpenTelemetry's own OTLP JSON exporter writes each worker's spans to its standard output, the
+topology's log, where the tests read them back beside the request log lines."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from deploy.processes import ROOT
+from tests.live import MakeServe, live_cluster
+from tests.topologies import topology_of_cluster, topology_of_served
+
+pytestmark = pytest.mark.live
+
+TRACING = {
+    "OTEL_TRACES_EXPORTER": "otlp_json_file",
+    "OTEL_SERVICE_NAME": "plantstore-test",
+    "OTEL_BSP_SCHEDULE_DELAY": "50",  # milliseconds: export at once, not every 5 s
+}
+TRACE_ID, PARENT_ID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+TRACESTATE = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
+SERVER, CLIENT = 2, 3  # OTLP's span kinds
+
+
+@pytest.fixture(scope="module")
+def work_dir():
+    folder = Path(tempfile.mkdtemp(prefix="plantstore-traces."))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def serve_topology(work_dir):
+    (work_dir / "serve").mkdir()
+    served = MakeServe(work_dir / "serve", **TRACING).start()
+    try:
+        yield topology_of_served(served)
+    finally:
+        served.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster_topology(django_db_setup, django_db_blocker, work_dir):
+    (work_dir / "cluster").mkdir()
+    static = str(work_dir / "cluster" / "static")
+    cluster = live_cluster(connection.settings_dict, work_dir / "cluster", DJANGO_STATIC_ROOT=static, **TRACING)
+    subprocess.run(
+        [sys.executable, "manage.py", "collectstatic", "--no-input", "-v", "0"], cwd=ROOT, env=cluster.env, check=True
+    )
+    cluster.start()
+    try:
+        yield topology_of_cluster(cluster)
+    finally:
+        cluster.stop()
+        with django_db_blocker.unblock():  # its plants and token go: the next module starts empty
+            call_command("flush", interactive=False)
+
+
+CLUSTER = pytest.param("cluster", marks=[pytest.mark.postgres, pytest.mark.django_db])
+
+
+@pytest.fixture(scope="module", params=["serve", CLUSTER])
+def topology(request):
+    return request.getfixturevalue(f"{request.param}_topology")
+
+
+def send(topology, path: str = "/plants", body: dict | None = None, host: str = "127.0.0.1", **headers: str):
+    """POST `body` with the topology's token and `headers`; (status, the request's log line)."""
+    request_id = os.urandom(8).hex()
+    connection = topology.connection()
+    payload = json.dumps(body or {"id": int.from_bytes(os.urandom(6)), "name": "Rose"})
+    connection.request(
+        "POST",
+        path,
+        payload,
+        {
+            "Host": host,
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {topology.token}",
+            "X-Request-ID": request_id,
+            **{name.replace("_", "-"): value for name, value in headers.items()},
+        },
+    )
+    status = connection.getresponse().status
+    connection.close()
+    return status, log_line(topology, request_id)
+
+
+def log_line(topology, request_id: str, timeout: float = 5) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        for line in topology.log().splitlines():
+            if f'"request_id": "{request_id}"' in line and " plants.requests " in line:
+                return json.loads(line.split(" plants.requests ", 1)[1])
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no log line for request {request_id}")
+        time.sleep(0.05)
+
+
+def attributes(pairs: list) -> dict:
+    return {pair["key"]: next(iter(pair["value"].values())) for pair in pairs}
+
+
+def exported(topology) -> list[dict]:
+    """Every span exported so far: OTLP JSON's fields, `attributes` as a dict, and `pid`, the
+    process.pid of the worker that exported it."""
+    spans = []
+    for line in topology.log().splitlines():
+        if line.startswith('{"resourceSpans"'):
+            for resource in json.loads(line)["resourceSpans"]:
+                pid = int(attributes(resource["resource"]["attributes"])["process.pid"])
+                for scope in resource["scopeSpans"]:
+                    spans += [
+                        {**span, "attributes": attributes(span["attributes"]), "pid": pid} for span in scope["spans"]
+                    ]
+    return spans
+
+
+def spans_of(topology, trace_id: str, count: int = 3, timeout: float = 10) -> list[dict]:
+    """The trace's spans, once its server span and `count` spans in all are exported (a create's:
+    the server span, the token's SELECT, the INSERT)."""
+    deadline = time.monotonic() + timeout
+    while len(spans := [span for span in exported(topology) if span["traceId"] == trace_id]) < count or SERVER not in {
+        span["kind"] for span in spans
+    }:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{len(spans)} of {count} spans of trace {trace_id} exported: {spans}")
+        time.sleep(0.05)
+    return spans
+
+
+def test_a_create_is_a_server_span_in_the_caller_s_trace_with_a_child_span_per_statement(topology):
+    secret_name, secret_query = f"Rose {os.urandom(4).hex()}", os.urandom(6).hex()
+    status, line = send(
+        topology,
+        f"/plants?note={secret_query}",
+        {"id": int.from_bytes(os.urandom(6)), "name": secret_name},
+        traceparent=f"00-{TRACE_ID}-{PARENT_ID}-01",
+        tracestate=TRACESTATE,
+    )
+
+    assert status == 200
+    [server] = [span for span in spans_of(topology, TRACE_ID) if span["kind"] == SERVER]
+    assert (server["name"], server["parentSpanId"], server["traceState"]) == ("POST /plants", PARENT_ID, TRACESTATE)
+    assert server["attributes"]["http.route"] == "/plants"
+    assert int(server["attributes"]["http.status_code"]) == 200
+    assert (line["trace_id"], line["span_id"]) == (TRACE_ID, server["spanId"])
+    statements = sorted(
+        (span for span in spans_of(topology, TRACE_ID) if span["kind"] == CLIENT),
+        key=lambda span: int(span["startTimeUnixNano"]),
+    )
+    assert {span["parentSpanId"] for span in statements} == {server["spanId"]}
+    assert (statements[0]["name"], statements[-1]["name"]) == ("SELECT", "INSERT")  # the token's, the plant's
+    assert "plants_apitoken" in statements[0]["attributes"]["db.statement"]
+    text = json.dumps(spans_of(topology, TRACE_ID))
+    for secret in (topology.token, topology.token.split("_", 1)[1], secret_name, secret_query):
+        assert secret not in text
+
+
+@pytest.mark.parametrize(
+    "traceparent",
+    [f"ff-{TRACE_ID}-{PARENT_ID}-01", f"00-{'0' * 32}-{PARENT_ID}-01", f"00-{TRACE_ID.upper()}-{PARENT_ID}-01"],
+    ids=["version ff", "all-zero trace id", "upper-case hex"],
+)
+def test_an_invalid_traceparent_starts_a_new_trace_and_the_create_is_answered(topology, traceparent):
+    status, line = send(topology, traceparent=traceparent)
+
+    assert status == 200
+    assert line["trace_id"] not in (TRACE_ID, "0" * 32)
+    [server] = [span for span in spans_of(topology, line["trace_id"]) if span["kind"] == SERVER]
+    assert "parentSpanId" not in server and server["spanId"] == line["span_id"]
+
+
+def test_an_unsampled_caller_s_request_is_logged_in_its_trace_but_not_exported(topology):
+    unsampled = os.urandom(16).hex()
+    status, line = send(topology, traceparent=f"00-{unsampled}-{PARENT_ID}-00")
+    sampled = os.urandom(16).hex()
+    send(topology, traceparent=f"00-{sampled}-{PARENT_ID}-01")
+    spans_of(topology, sampled)  # exported after the unsampled one was answered
+    time.sleep(0.3)
+
+    assert (status, line["trace_id"]) == (200, unsampled)
+    assert not [span for span in exported(topology) if span["traceId"] == unsampled]
+
+
+def test_a_host_django_refuses_is_answered_and_logged_in_the_caller_s_trace(topology):
+    trace_id = os.urandom(16).hex()
+
+    status, line = send(topology, host="evil.example", traceparent=f"00-{trace_id}-{PARENT_ID}-01")
+
+    assert (status, line["status"], line["trace_id"]) == (400, 400, trace_id)
+
+
+def test_spans_are_exported_by_every_app_server_worker(topology):
+    trace_ids = [os.urandom(16).hex() for _ in range(40)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(
+            pool.map(lambda trace_id: send(topology, traceparent=f"00-{trace_id}-{PARENT_ID}-01"), trace_ids)
+        )
+
+    assert {status for status, _ in answers} == {200}
+    servers = [span for trace_id in trace_ids for span in spans_of(topology, trace_id) if span["kind"] == SERVER]
+    assert {span["pid"] for span in servers} == set(topology.workers())
+    assert all(re.fullmatch(r"[0-9a-f]{16}", span["spanId"]) for span in servers)
