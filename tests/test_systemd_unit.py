@@ -3,6 +3,8 @@ line, started with its environment as an unprivileged user, serves with no proce
 without a failed request, stops, and counts on from its runtime directory after a restart."""
 
 import hashlib
+import http.client
+import json
 import os
 import pwd
 import re
@@ -138,7 +140,7 @@ class InstalledService:
             os.chown(directory, self.user.pw_uid, self.user.pw_gid)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env_file = work_dir / "plantstore.env"
+        self.env_file = env_file = work_dir / "plantstore.env"
         env_file.write_text(
             f"DJANGO_SECRET_KEY=systemd-test-secret-key-{'x' * 40}\n"
             f"DATABASE_URL=sqlite:///{self.state_dir}/db.sqlite3\n"
@@ -168,6 +170,12 @@ class InstalledService:
         os.chown(self.notify_path, self.user.pw_uid, self.user.pw_gid)
         self.notifications: list[tuple[int, str]] = []  # (pid, state) since the last start
         self.health_when_ready: int | None = None
+
+    def configure(self, **settings: str) -> "InstalledService":
+        """Add `settings` to the unit's environment file, as an operator edits it."""
+        with self.env_file.open("a") as env_file:
+            env_file.writelines(f"{name}={value}\n" for name, value in settings.items())
+        return self
 
     def environment(self) -> dict[str, str]:
         env = {
@@ -430,3 +438,34 @@ def test_the_rate_limit_counts_survive_a_restart(service):
     after = create(3, token)
 
     assert before + [after] == [(200, f"r={RATE - count}") for count in (1, 2, 3)]
+
+
+@pytest.mark.live
+@as_root
+def test_with_opentelemetry_on_its_workers_export_spans_in_the_caller_s_trace_from_the_sandbox(service):
+    trace_id = os.urandom(16).hex()
+    service.configure(OTEL_TRACES_EXPORTER="otlp_json_file", OTEL_BSP_SCHEDULE_DELAY="50").start()
+    token = service.token()
+    connection = http.client.HTTPConnection("127.0.0.1", service.port, timeout=10)
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    connection.request(
+        "POST", "/plants", '{"id": 1, "name": "Fern"}', {**headers, "traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"}
+    )
+    status = connection.getresponse().status
+
+    def server_spans() -> list[dict]:
+        lines = [json.loads(line) for line in service.log().splitlines() if line.startswith('{"resourceSpans"')]
+        return [
+            span
+            for line in lines
+            for resource in line["resourceSpans"]
+            for scope in resource["scopeSpans"]
+            for span in scope["spans"]
+            if span["traceId"] == trace_id and span["kind"] == 2
+        ]
+
+    wait_until(server_spans, service.process, 10, "the request's server span")
+    [span] = server_spans()
+    log_line = next(line for line in service.log().splitlines() if trace_id in line and " plants.requests " in line)
+    assert (status, span["name"], span["parentSpanId"]) == (200, "POST /plants", "00f067aa0ba902b7")
+    assert f'"trace_id": "{trace_id}", "span_id": "{span["spanId"]}"' in log_line
