@@ -1,7 +1,10 @@
 """OpenTelemetry on, by its standard environment, in `make serve` (nginx in front of two Granian
 workers, SQLite) and `make cluster` (nginx, HAProxy, two units on PostgreSQL through PgBouncer).
-OpenTelemetry's own OTLP JSON exporter writes each worker's spans to its standard output, the
-topology's log, where the tests read them back beside the request log lines."""
+
+`make serve` exports as production does, OTLP over HTTP (`OTEL_TRACES_EXPORTER=otlp`), to a
+collector here that decodes OpenTelemetry's own protobuf messages; `make cluster`'s units write
+OTLP JSON lines with OpenTelemetry's file exporter to their standard output, the topology's log.
+The tests read the spans back beside the request log lines."""
 
 import json
 import os
@@ -10,22 +13,31 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from base64 import b64decode
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from google.protobuf.json_format import MessageToDict
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 
-from deploy.processes import ROOT
+from deploy.processes import ROOT, free_port
 from tests.live import MakeServe, live_cluster
-from tests.topologies import topology_of_cluster, topology_of_served
+from tests.topologies import Topology, topology_of_cluster, topology_of_served
 
 pytestmark = pytest.mark.live
 
 TRACING = {
-    "OTEL_TRACES_EXPORTER": "otlp_json_file",
     "OTEL_SERVICE_NAME": "plantstore-test",
     "OTEL_BSP_SCHEDULE_DELAY": "50",  # milliseconds: export at once, not every 5 s
 }
@@ -41,27 +53,104 @@ def work_dir():
     shutil.rmtree(folder, ignore_errors=True)
 
 
+@dataclass
+class Traced:
+    """A running topology, and every span it has exported so far: OTLP JSON's fields, `attributes`
+    as a dict, and `pid`, the process.pid of the worker that exported it."""
+
+    topology: Topology
+    exported: Callable[[], list[dict]]
+
+
+def attributes(pairs: list) -> dict:
+    return {pair["key"]: next(iter(pair["value"].values())) for pair in pairs}
+
+
+def spans(resource_spans: list[dict]) -> list[dict]:
+    found = []
+    for resource in resource_spans:
+        pid = int(attributes(resource["resource"]["attributes"])["process.pid"])
+        for scope in resource["scopeSpans"]:
+            found += [{**span, "attributes": attributes(span["attributes"]), "pid": pid} for span in scope["spans"]]
+    return found
+
+
+def spans_in_log(topology: Topology) -> list[dict]:
+    lines = [json.loads(line) for line in topology.log().splitlines() if line.startswith('{"resourceSpans"')]
+    return [span for line in lines for span in spans(line["resourceSpans"])]
+
+
+class Collector(ThreadingHTTPServer):
+    """An OTLP/HTTP receiver on loopback: POST /v1/traces, protobuf, decoded with OpenTelemetry's
+    own message classes into OTLP JSON's form (ids in hex)."""
+
+    def __init__(self):
+        self.resource_spans: list[dict] = []
+        collector = self
+
+        class Receive(BaseHTTPRequestHandler):
+            def do_POST(self):
+                message = ExportTraceServiceRequest.FromString(self.rfile.read(int(self.headers["Content-Length"])))
+                received = (
+                    MessageToDict(message, use_integers_for_enums=True)["resourceSpans"]
+                    if self.path == "/v1/traces"
+                    else []
+                )
+                for span in (span for scope in received for spans in scope["scopeSpans"] for span in spans["spans"]):
+                    for field in ("traceId", "spanId", "parentSpanId"):
+                        if field in span:
+                            span[field] = b64decode(span[field]).hex()  # protobuf's JSON form is base64
+                collector.resource_spans += received
+                answer = ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200 if self.path == "/v1/traces" else 404)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args):
+                pass
+
+        super().__init__(("127.0.0.1", free_port()), Receive)
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    def exported(self) -> list[dict]:
+        return spans(list(self.resource_spans))
+
+
 @pytest.fixture(scope="module")
 def serve_topology(work_dir):
     (work_dir / "serve").mkdir()
-    served = MakeServe(work_dir / "serve", **TRACING).start()
+    collector = Collector()
+    exporting = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url, "NO_PROXY": "127.0.0.1"}
+    served = MakeServe(work_dir / "serve", **TRACING, **exporting).start()
     try:
-        yield topology_of_served(served)
+        yield Traced(topology_of_served(served), collector.exported)
     finally:
         served.stop()
+        collector.shutdown()
+        collector.server_close()
 
 
 @pytest.fixture(scope="module")
 def cluster_topology(django_db_setup, django_db_blocker, work_dir):
     (work_dir / "cluster").mkdir()
     static = str(work_dir / "cluster" / "static")
-    cluster = live_cluster(connection.settings_dict, work_dir / "cluster", DJANGO_STATIC_ROOT=static, **TRACING)
+    cluster = live_cluster(
+        connection.settings_dict,
+        work_dir / "cluster",
+        DJANGO_STATIC_ROOT=static,
+        OTEL_TRACES_EXPORTER="otlp_json_file",
+        **TRACING,
+    )
     subprocess.run(
         [sys.executable, "manage.py", "collectstatic", "--no-input", "-v", "0"], cwd=ROOT, env=cluster.env, check=True
     )
     cluster.start()
     try:
-        yield topology_of_cluster(cluster)
+        topology = topology_of_cluster(cluster)
+        yield Traced(topology, lambda: spans_in_log(topology))
     finally:
         cluster.stop()
         with django_db_blocker.unblock():  # its plants and token go: the next module starts empty
@@ -72,7 +161,7 @@ CLUSTER = pytest.param("cluster", marks=[pytest.mark.postgres, pytest.mark.djang
 
 
 @pytest.fixture(scope="module", params=["serve", CLUSTER])
-def topology(request):
+def traced(request) -> Traced:
     return request.getfixturevalue(f"{request.param}_topology")
 
 
@@ -109,30 +198,11 @@ def log_line(topology, request_id: str, timeout: float = 5) -> dict:
         time.sleep(0.05)
 
 
-def attributes(pairs: list) -> dict:
-    return {pair["key"]: next(iter(pair["value"].values())) for pair in pairs}
-
-
-def exported(topology) -> list[dict]:
-    """Every span exported so far: OTLP JSON's fields, `attributes` as a dict, and `pid`, the
-    process.pid of the worker that exported it."""
-    spans = []
-    for line in topology.log().splitlines():
-        if line.startswith('{"resourceSpans"'):
-            for resource in json.loads(line)["resourceSpans"]:
-                pid = int(attributes(resource["resource"]["attributes"])["process.pid"])
-                for scope in resource["scopeSpans"]:
-                    spans += [
-                        {**span, "attributes": attributes(span["attributes"]), "pid": pid} for span in scope["spans"]
-                    ]
-    return spans
-
-
-def spans_of(topology, trace_id: str, count: int = 3, timeout: float = 10) -> list[dict]:
+def spans_of(traced: Traced, trace_id: str, count: int = 3, timeout: float = 10) -> list[dict]:
     """The trace's spans, once its server span and `count` spans in all are exported (a create's:
     the server span, the token's SELECT, the INSERT)."""
     deadline = time.monotonic() + timeout
-    while len(spans := [span for span in exported(topology) if span["traceId"] == trace_id]) < count or SERVER not in {
+    while len(spans := [span for span in traced.exported() if span["traceId"] == trace_id]) < count or SERVER not in {
         span["kind"] for span in spans
     }:
         if time.monotonic() > deadline:
@@ -141,10 +211,10 @@ def spans_of(topology, trace_id: str, count: int = 3, timeout: float = 10) -> li
     return spans
 
 
-def test_a_create_is_a_server_span_in_the_caller_s_trace_with_a_child_span_per_statement(topology):
+def test_a_create_is_a_server_span_in_the_caller_s_trace_with_a_child_span_per_statement(traced):
     secret_name, secret_query = f"Rose {os.urandom(4).hex()}", os.urandom(6).hex()
     status, line = send(
-        topology,
+        traced.topology,
         f"/plants?note={secret_query}",
         {"id": int.from_bytes(os.urandom(6)), "name": secret_name},
         traceparent=f"00-{TRACE_ID}-{PARENT_ID}-01",
@@ -152,20 +222,20 @@ def test_a_create_is_a_server_span_in_the_caller_s_trace_with_a_child_span_per_s
     )
 
     assert status == 200
-    [server] = [span for span in spans_of(topology, TRACE_ID) if span["kind"] == SERVER]
+    [server] = [span for span in spans_of(traced, TRACE_ID) if span["kind"] == SERVER]
     assert (server["name"], server["parentSpanId"], server["traceState"]) == ("POST /plants", PARENT_ID, TRACESTATE)
     assert server["attributes"]["http.route"] == "/plants"
     assert int(server["attributes"]["http.status_code"]) == 200
     assert (line["trace_id"], line["span_id"]) == (TRACE_ID, server["spanId"])
     statements = sorted(
-        (span for span in spans_of(topology, TRACE_ID) if span["kind"] == CLIENT),
+        (span for span in spans_of(traced, TRACE_ID) if span["kind"] == CLIENT),
         key=lambda span: int(span["startTimeUnixNano"]),
     )
     assert {span["parentSpanId"] for span in statements} == {server["spanId"]}
     assert (statements[0]["name"], statements[-1]["name"]) == ("SELECT", "INSERT")  # the token's, the plant's
     assert "plants_apitoken" in statements[0]["attributes"]["db.statement"]
-    text = json.dumps(spans_of(topology, TRACE_ID))
-    for secret in (topology.token, topology.token.split("_", 1)[1], secret_name, secret_query):
+    text = json.dumps(spans_of(traced, TRACE_ID))
+    for secret in (traced.topology.token, traced.topology.token.split("_", 1)[1], secret_name, secret_query):
         assert secret not in text
 
 
@@ -174,43 +244,43 @@ def test_a_create_is_a_server_span_in_the_caller_s_trace_with_a_child_span_per_s
     [f"ff-{TRACE_ID}-{PARENT_ID}-01", f"00-{'0' * 32}-{PARENT_ID}-01", f"00-{TRACE_ID.upper()}-{PARENT_ID}-01"],
     ids=["version ff", "all-zero trace id", "upper-case hex"],
 )
-def test_an_invalid_traceparent_starts_a_new_trace_and_the_create_is_answered(topology, traceparent):
-    status, line = send(topology, traceparent=traceparent)
+def test_an_invalid_traceparent_starts_a_new_trace_and_the_create_is_answered(traced, traceparent):
+    status, line = send(traced.topology, traceparent=traceparent)
 
     assert status == 200
     assert line["trace_id"] not in (TRACE_ID, "0" * 32)
-    [server] = [span for span in spans_of(topology, line["trace_id"]) if span["kind"] == SERVER]
+    [server] = [span for span in spans_of(traced, line["trace_id"]) if span["kind"] == SERVER]
     assert "parentSpanId" not in server and server["spanId"] == line["span_id"]
 
 
-def test_an_unsampled_caller_s_request_is_logged_in_its_trace_but_not_exported(topology):
+def test_an_unsampled_caller_s_request_is_logged_in_its_trace_but_not_exported(traced):
     unsampled = os.urandom(16).hex()
-    status, line = send(topology, traceparent=f"00-{unsampled}-{PARENT_ID}-00")
+    status, line = send(traced.topology, traceparent=f"00-{unsampled}-{PARENT_ID}-00")
     sampled = os.urandom(16).hex()
-    send(topology, traceparent=f"00-{sampled}-{PARENT_ID}-01")
-    spans_of(topology, sampled)  # exported after the unsampled one was answered
+    send(traced.topology, traceparent=f"00-{sampled}-{PARENT_ID}-01")
+    spans_of(traced, sampled)  # exported after the unsampled one was answered
     time.sleep(0.3)
 
     assert (status, line["trace_id"]) == (200, unsampled)
-    assert not [span for span in exported(topology) if span["traceId"] == unsampled]
+    assert not [span for span in traced.exported() if span["traceId"] == unsampled]
 
 
-def test_a_host_django_refuses_is_answered_and_logged_in_the_caller_s_trace(topology):
+def test_a_host_django_refuses_is_answered_and_logged_in_the_caller_s_trace(traced):
     trace_id = os.urandom(16).hex()
 
-    status, line = send(topology, host="evil.example", traceparent=f"00-{trace_id}-{PARENT_ID}-01")
+    status, line = send(traced.topology, host="evil.example", traceparent=f"00-{trace_id}-{PARENT_ID}-01")
 
     assert (status, line["status"], line["trace_id"]) == (400, 400, trace_id)
 
 
-def test_spans_are_exported_by_every_app_server_worker(topology):
+def test_spans_are_exported_by_every_app_server_worker(traced):
     trace_ids = [os.urandom(16).hex() for _ in range(40)]
     with ThreadPoolExecutor(max_workers=8) as pool:
         answers = list(
-            pool.map(lambda trace_id: send(topology, traceparent=f"00-{trace_id}-{PARENT_ID}-01"), trace_ids)
+            pool.map(lambda trace_id: send(traced.topology, traceparent=f"00-{trace_id}-{PARENT_ID}-01"), trace_ids)
         )
 
     assert {status for status, _ in answers} == {200}
-    servers = [span for trace_id in trace_ids for span in spans_of(topology, trace_id) if span["kind"] == SERVER]
-    assert {span["pid"] for span in servers} == set(topology.workers())
+    servers = [span for trace_id in trace_ids for span in spans_of(traced, trace_id) if span["kind"] == SERVER]
+    assert {span["pid"] for span in servers} == set(traced.topology.workers())
     assert all(re.fullmatch(r"[0-9a-f]{16}", span["spanId"]) for span in servers)
