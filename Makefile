@@ -12,7 +12,7 @@ FAILOVER_PACKAGES = pg-auto-failover-cli postgresql-$$(ls /usr/lib/postgresql | 
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .DEFAULT_GOAL := help
-.PHONY: help run check serve cluster bench bench-inprocess bench-cluster profile test test-newest newest-pins lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
+.PHONY: help run check serve cluster image bench bench-inprocess bench-cluster profile test test-newest newest-pins lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -63,12 +63,16 @@ test-newest: ## DEBIAN13_TARGETS (test-postgres) in a Debian 13 root (Python 3.1
 		make VENV=/opt/plantstore/$(basename $(notdir $(DEBIAN13_RUNTIME))) RUNTIME_REQUIREMENTS=$(DEBIAN13_RUNTIME) \
 		PYTEST_ARGS='$(PYTEST_ARGS)' coverage-erase $(DEBIAN13_TARGETS)
 
+image: ## build plantstore:latest from the checkout with podman (CONTAINER_ENGINE=docker), offline if need be: BASE, else debian:bookworm-slim, else a Debian base made here
+	scripts/image
+
 newest-pins: ## rewrite requirements-newest.txt: requirements.txt's packages at their newest release for Python 3.13
 	scripts/newest-pins requirements.txt >requirements-newest.txt.new
 	mv requirements-newest.txt.new requirements-newest.txt
 
 system-packages: ## install the Debian packages the tests need, if missing (PostgreSQL, pg_auto_failover, PgBouncer, Redis, nginx, HAProxy, Prometheus, Chromium, systemd-analyze, python3-venv)
 	scripts/debian-packages postgresql pgbouncer redis-server nginx haproxy prometheus chromium systemd python3-venv
+	scripts/debian-packages podman buildah runc debootstrap
 	scripts/debian-packages $(FAILOVER_PACKAGES)
 
 lint: $(VENV)/.dev ## the pre-commit hooks on every file (ruff, no keys, no conflict markers), and no model change without a migration

@@ -81,11 +81,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.postgres)
         if STARTS_A_SERVER & set(item.fixturenames):
             item.add_marker(pytest.mark.live)
-    if connection.vendor == "postgresql":
-        return
-    deselected = [item for item in items if item.get_closest_marker("postgres")]
+    # The containers use no test database: they run once, in the SQLite pass.
+    other_pass = "container" if connection.vendor == "postgresql" else "postgres"
+    deselected = [item for item in items if item.get_closest_marker(other_pass)]
     config.hook.pytest_deselected(items=deselected)
-    items[:] = [item for item in items if not item.get_closest_marker("postgres")]
+    items[:] = [item for item in items if not item.get_closest_marker(other_pass)]
 
 
 def pytest_runtest_logreport(report):

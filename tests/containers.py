@@ -1,0 +1,75 @@
+"""Podman for the tests, offline: its configuration and image store in a cache folder of the
+tests' own (never the machine's global files), the image built by `make image`'s script on a
+Debian base made from Debian's packages (scripts/debian-base), and every container, volume and
+image of one run named after its project, and removed at the end."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from deploy.processes import ROOT
+
+# Kept between runs: the Debian base (made once per suite) and the build's layers.
+CACHE = Path("/var/tmp/plantstore-containers/tests")
+STORAGE_CONF = """\
+[storage]
+driver = "overlay"
+graphroot = "{cache}/storage"
+runroot = "{cache}/run"
+"""
+
+
+class Podman:
+    def __init__(self, project: str):
+        self.project = project
+        CACHE.mkdir(parents=True, exist_ok=True)
+        storage = CACHE / "storage.conf"
+        storage.write_text(STORAGE_CONF.format(cache=CACHE))
+        containers = subprocess.run(
+            [ROOT / "scripts" / "containers-conf", str(CACHE)], check=True, capture_output=True, text=True
+        ).stdout.strip()
+        self.env = {
+            **os.environ,
+            "CONTAINER_ENGINE": "podman",
+            "CONTAINERS_CONF": containers,
+            "CONTAINERS_STORAGE_CONF": str(storage),
+        }
+
+    def __call__(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+        done = subprocess.run(["podman", *args], env=self.env, capture_output=True, text=True, timeout=timeout)
+        if check and done.returncode:
+            raise RuntimeError(f"podman {' '.join(args)}: {done.returncode}\n{done.stderr[-3000:]}")
+        return done
+
+    def build(self) -> str:
+        """`make image`'s script on the local Debian base: the image's name."""
+        base = subprocess.run(
+            [ROOT / "scripts" / "debian-base"], env=self.env, check=True, capture_output=True, text=True
+        ).stdout.strip()
+        image = f"localhost/{self.project}:latest"
+        done = subprocess.run(
+            [ROOT / "scripts" / "image"],
+            env={**self.env, "BASE": base, "IMAGE": image},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        if done.returncode:
+            raise RuntimeError(f"scripts/image failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+        return image
+
+    def inspect(self, name: str, what: str = "container") -> dict:
+        return json.loads(self(what, "inspect", name).stdout)[0]
+
+    def clean(self) -> None:
+        """Every container, volume and image of this project, and the build's dangling layers."""
+        names = self("ps", "-a", "--format", "{{.Names}}", "--filter", f"name=^{self.project}").stdout.split()
+        if names:
+            self("rm", "-f", "-v", "-t", "0", *names, check=False)
+        volumes = self("volume", "ls", "--format", "{{.Name}}", "--filter", f"name=^{self.project}").stdout.split()
+        if volumes:
+            self("volume", "rm", "-f", *volumes, check=False)
+        self("rmi", "-f", f"localhost/{self.project}:latest", check=False)
+        self("image", "prune", "-f", check=False)

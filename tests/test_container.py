@@ -1,0 +1,153 @@
+"""The OCI image (Dockerfile), built from the checkout by `make image`'s script with podman,
+offline, and run as a container: the contract, the health check, its user, what it holds, and a
+stop under load. Runs in make test's SQLite pass (it uses no test database)."""
+
+import json
+import os
+import tarfile
+import time
+
+import pytest
+
+from deploy.processes import free_port
+from tests.containers import Podman
+from tests.live import Load, request, wait_until_healthy
+
+pytestmark = [pytest.mark.live, pytest.mark.container]
+
+SECRET_KEY = "container-test-secret-key-" + "x" * 40
+
+
+@pytest.fixture(scope="module")
+def podman():
+    engine = Podman(f"plantstore-test-{os.urandom(4).hex()}")
+    try:
+        yield engine
+    finally:
+        engine.clean()
+
+
+@pytest.fixture(scope="module")
+def image(podman) -> str:
+    return podman.build()
+
+
+class Container:
+    """The image run as an operator runs it: migrated once by a one-off container, then served on
+    a loopback port, its database on a volume, its root file system read-only (podman mounts a
+    tmpfs on /tmp, as a Kubernetes emptyDir would)."""
+
+    def __init__(self, podman: Podman, image: str, name: str, **env: str):
+        self.podman, self.image, self.name = podman, image, f"{podman.project}-{name}"
+        self.volume = f"{self.name}-data"
+        self.env = {"DJANGO_SECRET_KEY": SECRET_KEY, "DJANGO_ALLOWED_HOSTS": "127.0.0.1", **env}
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def options(self) -> list[str]:
+        volume = ["--read-only", "-v", f"{self.volume}:/var/lib/plantstore"]
+        return [*volume, *(f"--env={k}={v}" for k, v in self.env.items())]
+
+    def one_off(self, *command: str) -> str:
+        return self.podman("run", "--rm", *self.options(), self.image, *command).stdout
+
+    def start(self) -> "Container":
+        self.one_off("python", "manage.py", "migrate", "--no-input")
+        self.started = time.monotonic()
+        self.podman("run", "-d", "--name", self.name, "-p", f"127.0.0.1:{self.port}:8000", *self.options(), self.image)
+        if not wait_until_healthy(self.url, None, timeout=60):
+            raise RuntimeError(f"the container did not become healthy:\n{self.logs()}")
+        return self
+
+    def token(self) -> str:
+        return self.podman(
+            "exec", self.name, "python", "manage.py", "token", "issue", "container-client"
+        ).stdout.strip()
+
+    def logs(self) -> str:
+        done = self.podman("logs", self.name, check=False)
+        return done.stdout + done.stderr
+
+    def stored_ids(self) -> set[int]:
+        code = "from plants.models import Plant; print(list(Plant.objects.values_list('id', flat=True)))"
+        return set(json.loads(self.one_off("python", "manage.py", "shell", "-v", "0", "-c", code)))
+
+
+@pytest.fixture(scope="module")
+def container(podman, image) -> Container:
+    return Container(podman, image, "app").start()
+
+
+def test_the_container_answers_the_contract_with_a_token_issued_in_it(container):
+    token = container.token()
+
+    created = request(f"{container.url}/plants", {"id": 1, "name": "Monstera"}, token)
+    duplicate = request(f"{container.url}/plants", {"id": 1, "name": "Fern"}, token)
+    anonymous = request(f"{container.url}/plants", {"id": 2, "name": "Fern"})
+    health = request(f"{container.url}/healthz")
+    stylesheet = request(f"{container.url}/static/admin/css/base.css")
+
+    assert (created[0], json.loads(created[2])) == (200, {"id": 1, "name": "Monstera"})
+    assert (duplicate[0], json.loads(duplicate[2])["error"]) == (400, 40003)
+    assert (anonymous[0], json.loads(anonymous[2])) == (
+        401,
+        {"error": 40100, "message": "Authentication credentials were not provided."},
+    )
+    assert (health[0], json.loads(health[2]), health[1]["Server"]) == (200, {"status": "ok"}, "nginx")
+    assert (stylesheet[0], stylesheet[1]["Content-Type"].split(";")[0]) == (200, "text/css")
+    assert container.stored_ids() == {1}
+
+
+def test_every_process_in_it_runs_as_the_unprivileged_user(podman, container):
+    users = podman("top", container.name, "user", "huser", "comm").stdout.splitlines()[1:]
+
+    assert len(users) >= 6  # tini, serve.py, nginx's master and worker, Granian and its 2 workers
+    assert {tuple(line.split()[:2]) for line in users} == {("plantstore", "10001")}
+
+
+def test_the_image_declares_its_port_user_stop_signal_and_a_health_check_that_passes(podman, image, container):
+    inspected = podman.inspect(image, "image")
+    config = inspected["Config"]
+
+    assert (list(config["ExposedPorts"]), config["User"], config["StopSignal"]) == (
+        ["8000/tcp"],
+        "plantstore",
+        "SIGTERM",
+    )
+    assert "/healthz" in " ".join(inspected["Healthcheck"]["Test"])
+    assert podman("healthcheck", "run", container.name, check=False).returncode == 0
+    assert not [line for line in config["Env"] if line.startswith(("DJANGO_SECRET_KEY", "PIP_", "SSL_CERT"))]
+
+
+def test_the_image_holds_the_app_and_its_venv_but_no_checkout_caches_or_secrets(podman, image, tmp_path):
+    podman("create", "--name", f"{podman.project}-files", image)
+    podman("export", "-o", str(tmp_path / "files.tar"), f"{podman.project}-files")
+    with tarfile.open(tmp_path / "files.tar") as archive:
+        names = {name.removeprefix("./") for name in archive.getnames()}
+
+    assert {"opt/plantstore/app/manage.py", "opt/plantstore/venv/bin/granian", "usr/sbin/nginx"} <= names
+    assert "opt/plantstore/static/admin/css/base.css" in names
+    app = {name.split("/")[3] for name in names if name.startswith("opt/plantstore/app/")}
+    assert app == {"manage.py", "requirements.txt", "plants", "plantstore_site", "deploy", "__pycache__"}
+    assert [name for name in names if {".git", ".venv", ".env", "db.sqlite3"} & set(name.split("/"))] == []
+    assert [
+        name for name in names if name.startswith(("root/.cache", "run/secrets", "opt/plantstore/venv/bin/pip"))
+    ] == []
+    assert not {"usr/bin/gcc", "usr/bin/cc", "usr/bin/make"} & names
+
+
+def test_stop_under_load_answers_what_it_acknowledged_and_exits_within_the_grace_period(podman, image):
+    server = Container(podman, image, "stop", PLANTS_THROTTLE_RATE="").start()
+    token = server.token()
+    with Load(f"{server.url}/plants", token, clients=4, timeout=30) as load:
+        load.wait_for(200)
+        started = time.monotonic()
+        podman("stop", "-t", "40", server.name, timeout=60)
+        stopped_in = time.monotonic() - started
+    state = podman.inspect(server.name)["State"]
+    acknowledged = load.ids_with(200)
+
+    assert len(acknowledged) >= 200
+    assert (state["ExitCode"], stopped_in < 40) == (0, True), server.logs()
+    assert {status for _, status, *_ in load.answers} <= {200, None}  # after the stop: connection refused
+    assert acknowledged <= server.stored_ids()
