@@ -44,7 +44,8 @@ ENV PATH=/opt/plantstore/venv/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     DJANGO_STATIC_ROOT=/opt/plantstore/static \
     DATABASE_URL=sqlite:////var/lib/plantstore/db.sqlite3
 USER plantstore
-VOLUME /var/lib/plantstore
+# No VOLUME: a SQLite database needs a volume mounted on /var/lib/plantstore (docs/deploying.md);
+# with PostgreSQL the container keeps nothing, and declares no anonymous volume to leave behind.
 EXPOSE 8000
 # SIGTERM: deploy/serve.py stops gracefully (nginx stops accepting, in-flight requests are
 # answered, Granian's workers get 35 s): give `stop` a grace period of 40 s (compose.yaml does).

@@ -12,7 +12,7 @@ FAILOVER_PACKAGES = pg-auto-failover-cli postgresql-$$(ls /usr/lib/postgresql | 
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .DEFAULT_GOAL := help
-.PHONY: help run check serve cluster image bench bench-inprocess bench-cluster profile test test-newest newest-pins lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
+.PHONY: help run check serve cluster image container-packages bench bench-inprocess bench-cluster profile test test-newest newest-pins lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -72,8 +72,12 @@ newest-pins: ## rewrite requirements-newest.txt: requirements.txt's packages at 
 
 system-packages: ## install the Debian packages the tests need, if missing (PostgreSQL, pg_auto_failover, PgBouncer, Redis, nginx, HAProxy, Prometheus, Chromium, systemd-analyze, python3-venv)
 	scripts/debian-packages postgresql pgbouncer redis-server nginx haproxy prometheus chromium systemd python3-venv
-	scripts/debian-packages podman buildah runc debootstrap
 	scripts/debian-packages $(FAILOVER_PACKAGES)
+
+container-packages: ## podman, buildah, runc, podman-compose and debootstrap for tests/test_container.py; CNI's DNS plugin where Debian has it (12: podman on CNI)
+	scripts/debian-packages podman buildah runc podman-compose debootstrap
+	if apt-cache show golang-github-containernetworking-plugin-dnsname >/dev/null 2>&1; then \
+		scripts/debian-packages golang-github-containernetworking-plugin-dnsname; fi
 
 lint: $(VENV)/.dev ## the pre-commit hooks on every file (ruff, no keys, no conflict markers), and no model change without a migration
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/pre-commit run --all-files --show-diff-on-failure
@@ -83,7 +87,7 @@ format: $(VENV)/.dev ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-test-sqlite: $(VENV)/.dev system-packages ## the test suite on SQLite (the embedded default); PostgreSQL-only tests deselected
+test-sqlite: $(VENV)/.dev system-packages container-packages ## the test suite on SQLite (the embedded default); PostgreSQL-only tests deselected
 	env -u DATABASE_URL $(VENV)/bin/pytest --cov --cov-append --cov-report= --cov-fail-under=0 --durations=15 $(PYTEST_ARGS)
 
 test-postgres: $(VENV)/.dev system-packages ## the whole test suite on a throwaway PostgreSQL server (scripts/with-postgres)

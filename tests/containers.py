@@ -44,13 +44,13 @@ class Podman:
 
     def build(self) -> str:
         """`make image`'s script on the local Debian base: the image's name."""
-        base = subprocess.run(
+        self.base = subprocess.run(
             [ROOT / "scripts" / "debian-base"], env=self.env, check=True, capture_output=True, text=True
         ).stdout.strip()
         image = f"localhost/{self.project}:latest"
         done = subprocess.run(
             [ROOT / "scripts" / "image"],
-            env={**self.env, "BASE": base, "IMAGE": image},
+            env={**self.env, "BASE": self.base, "IMAGE": image},
             cwd=ROOT,
             capture_output=True,
             text=True,
@@ -63,13 +63,26 @@ class Podman:
     def inspect(self, name: str, what: str = "container") -> dict:
         return json.loads(self(what, "inspect", name).stdout)[0]
 
+    def compose(self, *args: str, env: dict, timeout: float = 900) -> subprocess.CompletedProcess:
+        """podman-compose on compose.yaml, its project named after this one's."""
+        command = ["podman-compose", "-p", f"{self.project}-compose", "-f", str(ROOT / "compose.yaml"), *args]
+        done = subprocess.run(command, env={**self.env, **env}, capture_output=True, text=True, timeout=timeout)
+        if done.returncode:
+            raise RuntimeError(
+                f"podman-compose {' '.join(args)}: {done.returncode}\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+            )
+        return done
+
     def clean(self) -> None:
-        """Every container, volume and image of this project, and the build's dangling layers."""
+        """Every container, volume, network and image of this project, and the build's dangling layers."""
         names = self("ps", "-a", "--format", "{{.Names}}", "--filter", f"name=^{self.project}").stdout.split()
         if names:
             self("rm", "-f", "-v", "-t", "0", *names, check=False)
         volumes = self("volume", "ls", "--format", "{{.Name}}", "--filter", f"name=^{self.project}").stdout.split()
         if volumes:
             self("volume", "rm", "-f", *volumes, check=False)
-        self("rmi", "-f", f"localhost/{self.project}:latest", check=False)
+        networks = self("network", "ls", "--format", "{{.Name}}", "--filter", f"name=^{self.project}").stdout.split()
+        if networks:
+            self("network", "rm", "-f", *networks, check=False)
+        self("rmi", "-f", f"localhost/{self.project}:latest", f"localhost/{self.project}-infra:latest", check=False)
         self("image", "prune", "-f", check=False)

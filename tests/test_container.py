@@ -151,3 +151,61 @@ def test_stop_under_load_answers_what_it_acknowledged_and_exits_within_the_grace
     assert (state["ExitCode"], stopped_in < 40) == (0, True), server.logs()
     assert {status for _, status, *_ in load.answers} <= {200, None}  # after the stop: connection refused
     assert acknowledged <= server.stored_ids()
+
+
+@pytest.fixture(scope="module")
+def compose(podman, image):
+    """compose.yaml up with podman-compose, the front on a loopback port; down at the end."""
+    port = free_port()
+    env = {
+        "PLANTSTORE_IMAGE": image,
+        "PLANTSTORE_INFRA_IMAGE": f"localhost/{podman.project}-infra:latest",
+        "BASE": podman.base,
+        "DJANGO_SECRET_KEY": SECRET_KEY,
+        "POSTGRES_PASSWORD": "compose-test-" + os.urandom(8).hex(),
+        "PLANTS_LISTEN": f"127.0.0.1:{port}",
+    }
+    podman.compose("up", "-d", env=env)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        if not wait_until_healthy(url, None, timeout=120):
+            logs = podman("logs", "--tail", "30", f"{podman.project}-compose_app1_1", check=False)
+            raise RuntimeError(f"the compose stack's front did not answer 200 on /healthz:\n{logs.stdout}{logs.stderr}")
+        yield url
+    finally:
+        podman.compose("down", "-t", "40", env=env)
+
+
+def test_the_compose_stack_migrates_once_and_stores_creates_through_its_front_in_postgresql(podman, compose):
+    project = f"{podman.project}-compose"
+    deadline = time.monotonic() + 90
+    while (migrate := podman.inspect(f"{project}_migrate_1")["State"])["Status"] != "exited":
+        assert time.monotonic() < deadline, "migrate did not finish"
+        time.sleep(0.5)
+    token = podman(
+        "exec", f"{project}_app1_1", "python", "manage.py", "token", "issue", "compose-client"
+    ).stdout.strip()
+
+    answers = [request(f"{compose}/plants", {"id": n, "name": f"Compose {n}"}, token)[0] for n in range(1, 21)]
+    duplicate = request(f"{compose}/plants", {"id": 1, "name": "Fern"}, token)
+    anonymous = request(f"{compose}/plants", {"id": 99, "name": "Fern"})
+    rows = podman(
+        "exec",
+        f"{project}_postgres_1",
+        "psql",
+        "-h",
+        "/tmp",
+        "-d",
+        "plantstore",
+        "-Atc",
+        "SELECT id FROM plants_plant ORDER BY id",
+    )
+    logs = [podman("logs", f"{project}_{app}_1") for app in ("app1", "app2")]
+    served = [(log.stdout + log.stderr).count('"path": "/plants", "status": 200') for log in logs]
+
+    assert (migrate["Status"], migrate["ExitCode"]) == ("exited", 0)
+    assert answers == [200] * 20
+    assert (duplicate[0], json.loads(duplicate[2])["error"]) == (400, 40003)
+    assert (anonymous[0], json.loads(anonymous[2])["error"]) == (401, 40100)
+    assert rows.stdout.split() == [str(n) for n in range(1, 21)]
+    assert sum(served) == 20 and min(served) > 0  # the front shares the creates between both apps
