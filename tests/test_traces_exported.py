@@ -1,5 +1,6 @@
 """OpenTelemetry on, by its standard environment, in `make serve` (nginx in front of two Granian
-workers, SQLite) and `make cluster` (nginx, HAProxy, two units on PostgreSQL through PgBouncer).
+workers, SQLite), `make cluster` (nginx, HAProxy, two units on PostgreSQL through PgBouncer) and
+`make run` (Django's development server).
 
 `make serve` exports as production does, OTLP over HTTP (`OTEL_TRACES_EXPORTER=otlp`), to a
 collector here that decodes OpenTelemetry's own protobuf messages; `make cluster`'s units write
@@ -10,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,7 +34,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from deploy.processes import ROOT, free_port
-from tests.live import MakeServe, live_cluster
+from tests.live import MakeServe, live_cluster, wait_until_healthy
 from tests.topologies import Topology, topology_of_cluster, topology_of_served
 
 pytestmark = pytest.mark.live
@@ -284,3 +286,37 @@ def test_spans_are_exported_by_every_app_server_worker(traced):
     servers = [span for trace_id in trace_ids for span in spans_of(traced, trace_id) if span["kind"] == SERVER]
     assert {span["pid"] for span in servers} == set(traced.topology.workers())
     assert all(re.fullmatch(r"[0-9a-f]{16}", span["spanId"]) for span in servers)
+
+
+def test_make_run_s_development_server_exports_the_request_s_span_in_the_caller_s_trace(tmp_path):
+    port, trace_id, log = free_port(), os.urandom(16).hex(), tmp_path / "run.log"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "PLANTS_", "OTEL_"))},
+        "DJANGO_DEBUG": "1",  # as make run's commands have it
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "PORT": str(port),
+        "OTEL_TRACES_EXPORTER": "otlp_json_file",
+        "OTEL_BSP_SCHEDULE_DELAY": "50",
+    }
+    venv = Path(sys.executable).parent.parent
+    with log.open("wb") as output:
+        run = subprocess.Popen(
+            ["make", f"VENV={venv}", "-o", f"{venv}/.runtime", "run"],
+            cwd=ROOT,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        assert wait_until_healthy(f"http://127.0.0.1:{port}", run, timeout=60), log.read_text()
+        topology = Topology("run", port, env, lambda: [log.read_text()], lambda: [])
+        status, line = send(topology, traceparent=f"00-{trace_id}-{PARENT_ID}-01")
+        spans = spans_of(Traced(topology, lambda: spans_in_log(topology)), trace_id)
+    finally:
+        os.killpg(run.pid, signal.SIGTERM)
+        run.wait(timeout=30)
+
+    [server] = [span for span in spans if span["kind"] == SERVER]
+    assert (status, server["name"], server["parentSpanId"]) == (200, "POST /plants", PARENT_ID)
+    assert (line["trace_id"], line["span_id"]) == (trace_id, server["spanId"])
