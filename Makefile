@@ -74,10 +74,12 @@ system-packages: ## install the Debian packages the tests need, if missing (Post
 	scripts/debian-packages postgresql pgbouncer redis-server nginx haproxy prometheus chromium systemd python3-venv
 	scripts/debian-packages $(FAILOVER_PACKAGES)
 
-container-packages: ## podman, buildah, runc, podman-compose and debootstrap for tests/test_container.py; CNI's DNS plugin where Debian has it (12: podman on CNI)
+container-packages: ## podman, buildah, runc, podman-compose and debootstrap for tests/test_container.py, with what podman's network backend needs for names: CNI's DNS plugin (podman 4), or netavark's (podman 5)
 	scripts/debian-packages podman buildah runc podman-compose debootstrap
-	if apt-cache show golang-github-containernetworking-plugin-dnsname >/dev/null 2>&1; then \
-		scripts/debian-packages golang-github-containernetworking-plugin-dnsname; fi
+	case "$$(podman info --format '{{.Host.NetworkBackend}}' 2>/dev/null)" in \
+		cni) scripts/debian-packages golang-github-containernetworking-plugin-dnsname ;; \
+		*) scripts/debian-packages netavark aardvark-dns nftables ;; \
+	esac
 
 lint: $(VENV)/.dev ## the pre-commit hooks on every file (ruff, no keys, no conflict markers), and no model change without a migration
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/pre-commit run --all-files --show-diff-on-failure
