@@ -7,7 +7,7 @@ and `tracestate`, and the psycopg and sqlite3 instrumentations add a child span 
 every other choice (exporter, endpoint, sampler, service name) is OpenTelemetry's own `OTEL_*`
 environment, read by its SDK. The request's log line then carries that span's ids.
 
-Off, nothing of OpenTelemetry is imported: `ids_from_traceparent()` reads the caller's
+Off, the service imports nothing of OpenTelemetry: `ids_from_traceparent()` reads the caller's
 `traceparent` as W3C Trace Context says, so the log line still joins the caller's trace. This is
 our own code because no kept package parses the header without importing OpenTelemetry (see
 docs/decisions/tracing.md).

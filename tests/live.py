@@ -223,6 +223,16 @@ class LivePrometheus:
         shutil.rmtree(self.work_dir, ignore_errors=True)
 
 
+def start_make(target: str, env: dict, log: Path, **popen) -> subprocess.Popen:
+    """`make TARGET` as a developer runs it, on this venv (already set up: make must not reinstall
+    it), in its own session, its output to `log` (`popen` may send stderr elsewhere)."""
+    venv = Path(sys.executable).parent.parent
+    command = ["make", f"VENV={venv}", "-o", f"{venv}/.runtime", target]
+    with log.open("ab") as output:
+        options = {"stderr": subprocess.STDOUT, "start_new_session": True, **popen}
+        return subprocess.Popen(command, cwd=ROOT, env=env, stdout=output, **options)
+
+
 class MakeServe:
     """`make serve` as an operator runs it, on a throwaway SQLite database in `work_dir`, in its own
     session; `terminal` (a pty's slave fd) makes that terminal its controlling terminal."""
@@ -247,26 +257,17 @@ class MakeServe:
         self.process: subprocess.Popen | None = None
 
     def start(self) -> "MakeServe":
-        venv = Path(sys.executable).parent.parent
-        output = self.log_path.open("ab")
-        # -o: the venv is already set up; make must not try to reinstall it.
-        command = ["make", f"VENV={venv}", "-o", f"{venv}/.runtime", "serve"]
         if self.terminal is None:
-            self.process = subprocess.Popen(
-                command, cwd=ROOT, env=self.env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
-            )
+            self.process = start_make("serve", self.env, self.log_path)
         else:  # the terminal is stdin and stderr (what make serve's own messages go to), the log stdout
-            self.process = subprocess.Popen(
-                command,
-                cwd=ROOT,
-                env=self.env,
+            self.process = start_make(
+                "serve",
+                self.env,
+                self.log_path,
                 stdin=self.terminal,
-                stdout=output,
                 stderr=self.terminal,
-                start_new_session=True,
                 preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
             )
-        output.close()
         if not wait_until_healthy(self.url, self.process, timeout=90):
             self.stop()
             raise RuntimeError(f"make serve did not come up:\n{self.log()}")

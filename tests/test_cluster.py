@@ -19,7 +19,7 @@ from django.db import connection
 from deploy.cluster import Cluster
 from deploy.processes import ROOT, descendants, free_port, wait_until
 from plants.models import Plant
-from tests.live import Load, create_many, live_cluster, request, wait_for_exit, wait_until_healthy
+from tests.live import Load, create_many, live_cluster, request, start_make, wait_for_exit, wait_until_healthy
 
 pytestmark = [pytest.mark.postgres, pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
@@ -176,19 +176,10 @@ def test_rolling_restart_under_load_fails_no_request_and_loses_no_create(cluster
 
 
 def test_make_cluster_restarts_on_sighup_and_stops_on_sigterm_leaving_nothing_running(tmp_path):
-    venv = Path(sys.executable).parent.parent
     port = free_port()
     log = tmp_path / "cluster.log"
     env = {**{k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "DATABASE_"))}, "PORT": str(port)}
-    with log.open("wb") as output:
-        make = subprocess.Popen(
-            ["make", f"VENV={venv}", "-o", f"{venv}/.runtime", "cluster"],
-            cwd=ROOT,
-            env=env,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    make = start_make("cluster", env, log)
     try:
         assert wait_until_healthy(f"http://127.0.0.1:{port}", make, timeout=120), log.read_text()
         processes = descendants(make.pid)

@@ -34,7 +34,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from deploy.processes import ROOT, free_port
-from tests.live import MakeServe, live_cluster, wait_until_healthy
+from tests.live import MakeServe, live_cluster, start_make, wait_until_healthy
 from tests.topologies import Topology, topology_of_cluster, topology_of_served
 
 pytestmark = pytest.mark.live
@@ -298,16 +298,7 @@ def test_make_run_s_development_server_exports_the_request_s_span_in_the_caller_
         "OTEL_TRACES_EXPORTER": "otlp_json_file",
         "OTEL_BSP_SCHEDULE_DELAY": "50",
     }
-    venv = Path(sys.executable).parent.parent
-    with log.open("wb") as output:
-        run = subprocess.Popen(
-            ["make", f"VENV={venv}", "-o", f"{venv}/.runtime", "run"],
-            cwd=ROOT,
-            env=env,
-            stdout=output,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    run = start_make("run", env, log)
     try:
         assert wait_until_healthy(f"http://127.0.0.1:{port}", run, timeout=60), log.read_text()
         topology = Topology("run", port, env, lambda: [log.read_text()], lambda: [])
