@@ -61,7 +61,7 @@ def render_nginx_conf(
         real_ip += "real_ip_header X-Forwarded-For;\n        real_ip_recursive on;"
     trusted = "".join(f"\n        {proxy} 1;" for proxy in proxies)
     text = NGINX_TEMPLATE.read_text()
-    for name, value in {
+    for placeholder, value in {
         # As root, nginx's workers drop to nobody; otherwise they run as whoever started it.
         "@USER@": f"user {NGINX_WORKER_USER} {NGINX_WORKER_GROUP};" if os.geteuid() == 0 else "",
         "@LISTEN@": listen,
@@ -73,7 +73,7 @@ def render_nginx_conf(
         "@REAL_IP@": real_ip,
         "@TRUSTED_PROXIES@": trusted,
     }.items():
-        text = text.replace(name, value)
+        text = text.replace(placeholder, value)
     if edit:
         text = edit(text)
     path = run_dir / name
