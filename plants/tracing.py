@@ -63,8 +63,9 @@ def finish_server_span(span, request, response) -> None:
     if not span.is_recording():
         return
     if pattern := span.attributes.get("http.route"):
-        span.set_attribute("http.route", route_label(pattern))
-        span.update_name(f"{request.method} {route_label(pattern)}")
+        route = route_label(pattern)
+        span.set_attribute("http.route", route)
+        span.update_name(f"{request.method} {route}")
     for name in ("http.url", "url.full", "http.target"):
         value = span.attributes.get(name)
         if isinstance(value, str) and "?" in value:

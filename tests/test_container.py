@@ -53,7 +53,6 @@ class Container:
 
     def start(self) -> "Container":
         self.one_off("python", "manage.py", "migrate", "--no-input")
-        self.started = time.monotonic()
         self.podman("run", "-d", "--name", self.name, "-p", f"127.0.0.1:{self.port}:8000", *self.options(), self.image)
         if not wait_until_healthy(self.url, None, timeout=60):
             raise RuntimeError(f"the container did not become healthy:\n{self.logs()}")

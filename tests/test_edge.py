@@ -8,8 +8,6 @@ import json
 import re
 import shutil
 import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -17,13 +15,11 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
-from django.core.management import call_command
 from django.db import connection
 
-from deploy.processes import ROOT
 from plants.exceptions import ErrorCode
-from tests.live import MakeServe, live_cluster, request
-from tests.topologies import TLS_PROXY_ADDRESS, TlsProxy, topology_of_cluster, topology_of_served
+from tests.live import MakeServe, request
+from tests.topologies import TLS_PROXY_ADDRESS, TlsProxy, running_cluster, topology_of_cluster, topology_of_served
 
 pytestmark = pytest.mark.live
 
@@ -49,21 +45,8 @@ def serve_topology(work_dir):
 
 @pytest.fixture(scope="module")
 def cluster_topology(django_db_setup, django_db_blocker, work_dir):
-    (work_dir / "cluster").mkdir()
-    cluster = live_cluster(
-        connection.settings_dict, work_dir / "cluster", DJANGO_STATIC_ROOT=str(work_dir / "cluster" / "static")
-    )
-    # The admin's pages need their static files collected, as scripts/cluster does.
-    subprocess.run(
-        [sys.executable, "manage.py", "collectstatic", "--no-input", "-v", "0"], cwd=ROOT, env=cluster.env, check=True
-    )
-    cluster.start()
-    try:
+    with running_cluster(connection.settings_dict, work_dir, django_db_blocker) as cluster:
         yield topology_of_cluster(cluster)
-    finally:
-        cluster.stop()
-        with django_db_blocker.unblock():  # its plants, token and users go: the next module starts empty
-            call_command("flush", interactive=False)
 
 
 # The cluster runs on the test database (pytest-django sets it up only for tests marked as using it).

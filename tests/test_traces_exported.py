@@ -12,8 +12,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -25,7 +23,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
 from django.db import connection
 from google.protobuf.json_format import MessageToDict
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -33,9 +30,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from deploy.processes import ROOT, free_port
-from tests.live import MakeServe, live_cluster, start_make, wait_until_healthy
-from tests.topologies import Topology, topology_of_cluster, topology_of_served
+from deploy.processes import free_port
+from tests.live import MakeServe, start_make, wait_until_healthy
+from tests.topologies import Topology, running_cluster, topology_of_cluster, topology_of_served
 
 pytestmark = pytest.mark.live
 
@@ -137,26 +134,10 @@ def serve_topology(work_dir):
 
 @pytest.fixture(scope="module")
 def cluster_topology(django_db_setup, django_db_blocker, work_dir):
-    (work_dir / "cluster").mkdir()
-    static = str(work_dir / "cluster" / "static")
-    cluster = live_cluster(
-        connection.settings_dict,
-        work_dir / "cluster",
-        DJANGO_STATIC_ROOT=static,
-        OTEL_TRACES_EXPORTER="otlp_json_file",
-        **TRACING,
-    )
-    subprocess.run(
-        [sys.executable, "manage.py", "collectstatic", "--no-input", "-v", "0"], cwd=ROOT, env=cluster.env, check=True
-    )
-    cluster.start()
-    try:
+    env = {"OTEL_TRACES_EXPORTER": "otlp_json_file", **TRACING}
+    with running_cluster(connection.settings_dict, work_dir, django_db_blocker, **env) as cluster:
         topology = topology_of_cluster(cluster)
         yield Traced(topology, lambda: spans_in_log(topology))
-    finally:
-        cluster.stop()
-        with django_db_blocker.unblock():  # its plants and token go: the next module starts empty
-            call_command("flush", interactive=False)
 
 
 CLUSTER = pytest.param("cluster", marks=[pytest.mark.postgres, pytest.mark.django_db])

@@ -8,11 +8,15 @@ import ssl
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from django.core.management import call_command
 
 from deploy.cluster import Cluster
 from deploy.processes import ROOT, ServerProcess, free_port, wait_until
-from tests.live import MakeServe
+from tests.live import MakeServe, live_cluster
 
 VENV = Path(sys.executable).parent.parent
 # Where the TLS proxy connects to `make serve` from: its one address, the unit's PLANTS_TRUSTED_PROXIES.
@@ -133,3 +137,24 @@ def topology_of_cluster(cluster: Cluster) -> Topology:
         lambda: [cluster.front.log(), *(unit.log() for unit in cluster.units)],
         lambda: [pid for unit in cluster.units for pid in unit.worker_pids()],
     )
+
+
+@contextmanager
+def running_cluster(settings_dict: dict, work_dir: Path, django_db_blocker, **env: str) -> Iterator[Cluster]:
+    """make cluster's topology on the test database, its static files collected as scripts/cluster
+    collects them (the admin's pages need them); stopped after, and the plants, tokens and users it
+    stored flushed, so the next module starts empty."""
+    (work_dir / "cluster").mkdir()
+    cluster = live_cluster(
+        settings_dict, work_dir / "cluster", DJANGO_STATIC_ROOT=str(work_dir / "cluster" / "static"), **env
+    )
+    subprocess.run(
+        [sys.executable, "manage.py", "collectstatic", "--no-input", "-v", "0"], cwd=ROOT, env=cluster.env, check=True
+    )
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        with django_db_blocker.unblock():
+            call_command("flush", interactive=False)
