@@ -16,6 +16,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import quote, urlencode
@@ -153,11 +154,18 @@ def live_env(**env: str) -> dict:
     return {**os.environ, **LIVE_SETTINGS, **env}
 
 
-def live_unit(log_dir: Path, **env: str) -> Unit:
+class LiveUnit(Unit):
+    def start(self, expect_health: int = 200, timeout: float = 60) -> "LiveUnit":
+        super().start(expect_health, timeout)
+        wait_for_app_workers(self.log, self.app.process)
+        return self
+
+
+def live_unit(log_dir: Path, **env: str) -> LiveUnit:
     """A production unit (deploy/unit.py: nginx, then the app server) on a free loopback port, with
-    live_env(**env), its output in a log in `log_dir`; start() it."""
+    live_env(**env), its output in a log in `log_dir`; start() it (and wait for all its app workers)."""
     port = free_port()
-    return Unit(f"127.0.0.1:{port}", live_env(**env), log=log_dir / f"unit-{port}.log", name=f"unit-{port}")
+    return LiveUnit(f"127.0.0.1:{port}", live_env(**env), log=log_dir / f"unit-{port}.log", name=f"unit-{port}")
 
 
 def live_cluster(settings_dict: dict | None, work_dir: Path, database_url: str | None = None, **env: str) -> Cluster:
@@ -233,6 +241,18 @@ def start_make(target: str, env: dict, log: Path, **popen) -> subprocess.Popen:
         return subprocess.Popen(command, cwd=ROOT, env=env, stdout=output, **options)
 
 
+def wait_for_app_workers(log: Callable[[], str], process: subprocess.Popen, timeout: float = 60) -> None:
+    """Wait until Granian has logged every worker it spawned as started. /healthz answers as soon as
+    one worker serves; a worker still starting when Granian stops misses the stop and is killed only
+    after --workers-kill-timeout (35 s), which a test that stops soon after the start would wait out."""
+    wait_until(
+        lambda: (text := log()).count("Started worker-") >= text.count("Spawning worker-"),
+        process,
+        timeout,
+        "the app server's workers",
+    )
+
+
 class MakeServe:
     """`make serve` as an operator runs it, on a throwaway SQLite database in `work_dir`, in its own
     session; `terminal` (a pty's slave fd) makes that terminal its controlling terminal."""
@@ -271,6 +291,7 @@ class MakeServe:
         if not wait_until_healthy(self.url, self.process, timeout=90):
             self.stop()
             raise RuntimeError(f"make serve did not come up:\n{self.log()}")
+        wait_for_app_workers(self.log, self.process)
         return self
 
     def manage(self, *args: str) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from deploy.processes import ROOT, children, descendants, free_port, http_status, wait_until
-from tests.live import Load, request, wait_for_exit
+from tests.live import Load, request, wait_for_app_workers, wait_for_exit
 
 UNIT_FILE = ROOT / "deploy" / "plantstore.service"
 # The paths the unit names, where the README installs it; a test puts its own in their place.
@@ -274,6 +274,7 @@ class InstalledService:
             self.stop()
             raise RuntimeError(f"the unit's ExecStart did not come up: {error}\n{self.log()}") from None
         self.health_when_ready = http_status(f"{self.url}/healthz")
+        wait_for_app_workers(self.log, self.process)
         return self
 
     def received(self, state: str, timeout: float = 0.1) -> bool:
