@@ -6,6 +6,9 @@ PYTHON := $(VENV)/bin/python
 RUNTIME_REQUIREMENTS ?= requirements.txt
 PORT ?= 8000
 PYTEST_ARGS ?=
+# make test's suites run their test modules in this many processes at once (pytest-xdist), each
+# module's tests in one process (they share its servers); each process has its own test database.
+TEST_WORKERS ?= 3
 # pg_auto_failover for the installed PostgreSQL server's major version (expanded once that is installed).
 FAILOVER_PACKAGES = pg-auto-failover-cli postgresql-$$(ls /usr/lib/postgresql | sort -V | tail -n 1)-auto-failover
 # The browser tests drive Debian's Chromium; Playwright never downloads a browser of its own.
@@ -90,10 +93,10 @@ format: $(VENV)/.dev ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff format .
 
 test-sqlite: $(VENV)/.dev system-packages container-packages ## the test suite on SQLite (the embedded default); PostgreSQL-only tests deselected
-	env -u DATABASE_URL $(VENV)/bin/pytest --cov --cov-append --cov-report= --cov-fail-under=0 --durations=15 $(PYTEST_ARGS)
+	env -u DATABASE_URL $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --cov --cov-append --cov-report= --cov-fail-under=0 --durations=15 $(PYTEST_ARGS)
 
 test-postgres: $(VENV)/.dev system-packages ## the whole test suite on a throwaway PostgreSQL server (scripts/with-postgres)
-	scripts/with-postgres $(VENV)/bin/pytest --cov --cov-append --cov-report= --cov-fail-under=0 --durations=15 $(PYTEST_ARGS)
+	scripts/with-postgres $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile --cov --cov-append --cov-report= --cov-fail-under=0 --durations=15 $(PYTEST_ARGS)
 
 coverage-erase: $(VENV)/.dev ## forget the coverage of earlier runs
 	$(VENV)/bin/coverage erase

@@ -122,6 +122,7 @@ class FailoverDatabase:
             "PATH": f"{self.bin}:{os.environ.get('PATH', '')}",
         }
         self.monitor = DataNode(self, "monitor")
+        self.monitor_error: psycopg.Error | None = None
         self.monitor_url = f"postgres://autoctl_node@127.0.0.1:{self.monitor.port}/pg_auto_failover?sslmode=disable"
         self.nodes = [DataNode(self, f"node{number}") for number in range(1, nodes + 1)]
         hosts = ",".join("127.0.0.1" for _ in self.nodes)
@@ -148,7 +149,8 @@ class FailoverDatabase:
             logs = "\n".join(f"--- {node.name}\n{node.log()[-3000:]}" for node in [self.monitor, *self.nodes])
             self.stop()
             if isinstance(error, RuntimeError):
-                raise RuntimeError(f"{error}\n{logs}") from None
+                why = f" (the monitor's last refusal: {self.monitor_error})" if self.monitor_error else ""
+                raise RuntimeError(f"{error}{why}\n{logs}") from None
             raise
         return self
 
@@ -181,7 +183,8 @@ class FailoverDatabase:
         try:
             self.states()
             return True
-        except psycopg.Error:
+        except psycopg.Error as error:
+            self.monitor_error = error  # the reason start() gives if it never answers
             return False
 
     def states(self) -> dict[str, tuple[str, str]]:

@@ -257,15 +257,20 @@ def test_a_host_django_refuses_is_answered_and_logged_in_the_caller_s_trace(trac
 
 
 def test_spans_are_exported_by_every_app_server_worker(traced):
-    trace_ids = [os.urandom(16).hex() for _ in range(40)]
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        answers = list(
-            pool.map(lambda trace_id: send(traced.topology, traceparent=f"00-{trace_id}-{PARENT_ID}-01"), trace_ids)
-        )
+    # Batches of 40 concurrent creates until every worker has answered one (which worker takes a
+    # request is the kernel's and the load balancer's choice; on a busy machine one batch may miss one).
+    workers, answers, servers = set(traced.topology.workers()), [], []
+    for _ in range(5):
+        trace_ids = [os.urandom(16).hex() for _ in range(40)]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            traceparents = [f"00-{trace_id}-{PARENT_ID}-01" for trace_id in trace_ids]
+            answers += pool.map(lambda traceparent: send(traced.topology, traceparent=traceparent), traceparents)
+        servers += [span for trace_id in trace_ids for span in spans_of(traced, trace_id) if span["kind"] == SERVER]
+        if {span["pid"] for span in servers} >= workers:
+            break
 
     assert {status for status, _ in answers} == {200}
-    servers = [span for trace_id in trace_ids for span in spans_of(traced, trace_id) if span["kind"] == SERVER]
-    assert {span["pid"] for span in servers} == set(traced.topology.workers())
+    assert {span["pid"] for span in servers} == workers
     assert all(re.fullmatch(r"[0-9a-f]{16}", span["spanId"]) for span in servers)
 
 
