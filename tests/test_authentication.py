@@ -158,3 +158,23 @@ def test_credentials_in_the_app_server_s_environment_are_not_a_request_s(product
 
     assert (status, headers["WWW-Authenticate"], json.loads(text)) == (401, CHALLENGE, NOT_PROVIDED)
     assert not Plant.objects.exists()
+
+
+@pytest.mark.urls("tests.urls")
+def test_request_user_is_the_token_s_client_which_drf_s_permissions_read_as_no_staff_and_no_model_rights(
+    api_client, token
+):
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    answers = {
+        path: api_client.post(path, {}, format="json", **headers)
+        for path in ("/test/whoami", "/test/staff-only", "/test/model-permissions")
+    }
+
+    assert {path: (answer.status_code, answer.json()) for path, answer in answers.items()} == {
+        "/test/whoami": (200, {"user": "test-client", "username": "test-client"}),
+        "/test/staff-only": (403, {"error": 40300, "message": "You do not have permission to perform this action."}),
+        "/test/model-permissions": (
+            403,
+            {"error": 40300, "message": "You do not have permission to perform this action."},
+        ),
+    }

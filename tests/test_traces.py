@@ -8,6 +8,7 @@ import re
 import sys
 
 import pytest
+from django.test import RequestFactory
 
 from plants.models import Plant
 
@@ -124,3 +125,41 @@ def test_with_tracing_off_no_opentelemetry_instrumentation_is_loaded(post_plant,
     assert settings.PLANTS_TRACING is False
     assert not any(name.startswith("opentelemetry.instrumentation") for name in sys.modules)
     assert not any("opentelemetry" in middleware for middleware in settings.MIDDLEWARE)
+
+
+def test_the_server_span_is_named_for_the_route_and_carries_no_query_string():
+    from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
+
+    from plants.tracing import finish_server_span  # noqa: PLC0415
+
+    request = RequestFactory().post("/plants?token=secret-in-the-url")
+    tracer = TracerProvider().get_tracer("tests")
+    attributes = {
+        "http.route": "^plants$",
+        "http.url": "http://testserver/plants?token=secret-in-the-url",
+        "http.target": "/plants?token=secret-in-the-url",
+        "url.query": "token=secret-in-the-url",
+    }
+    with tracer.start_as_current_span("POST ^plants$", attributes=attributes) as span:
+        finish_server_span(span, request, None)
+
+    context = span.get_span_context()
+    assert request.trace_ids == (f"{context.trace_id:032x}", f"{context.span_id:016x}")
+    assert (span.name, dict(span.attributes)) == (
+        "POST /plants",
+        {"http.route": "/plants", "http.url": "http://testserver/plants", "http.target": "/plants", "url.query": ""},
+    )
+
+
+def test_an_unsampled_server_span_still_gives_the_log_line_its_ids():
+    from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF  # noqa: PLC0415
+
+    from plants.tracing import finish_server_span  # noqa: PLC0415
+
+    request = RequestFactory().post("/plants")
+    with TracerProvider(sampler=ALWAYS_OFF).get_tracer("tests").start_as_current_span("POST") as span:
+        finish_server_span(span, request, None)
+
+    context = span.get_span_context()
+    assert (span.is_recording(), request.trace_ids) == (False, (f"{context.trace_id:032x}", f"{context.span_id:016x}"))

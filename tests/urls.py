@@ -3,9 +3,11 @@
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import Http404, JsonResponse
 from django.urls import path
-from rest_framework.permissions import AllowAny
+from rest_framework.permissions import AllowAny, DjangoModelPermissions, IsAdminUser, IsAuthenticated
+from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from plants.models import Plant
 from plantstore_site.urls import handler400, handler403, handler404, handler500, urlpatterns  # noqa: F401
 
 RAISED = {
@@ -24,6 +26,24 @@ class RaisingView(APIView):
 
     def post(self, request, kind: str):
         raise RAISED[kind]
+
+
+class WhoAmIView(APIView):
+    """An API view that reads request.user as DRF code does (the API's authentication and settings)."""
+
+    permission_classes = [IsAuthenticated]
+
+    def post(self, request):
+        return Response({"user": str(request.user), "username": request.user.get_username()})
+
+
+class StaffOnlyView(WhoAmIView):
+    permission_classes = [IsAdminUser]
+
+
+class ModelPermissionsView(WhoAmIView):
+    permission_classes = [DjangoModelPermissions]
+    queryset = Plant.objects.all()
 
 
 def plain(request):
@@ -45,6 +65,9 @@ urlpatterns = [
     *urlpatterns,
     path("test/meta", request_meta_names),
     path("test/raise/<str:kind>", RaisingView.as_view()),
+    path("test/whoami", WhoAmIView.as_view()),
+    path("test/staff-only", StaffOnlyView.as_view()),
+    path("test/model-permissions", ModelPermissionsView.as_view()),
     path("test/plain", plain),
     path("test/plain-forbidden", plain_forbidden),
 ]
