@@ -3,6 +3,7 @@
 import ctypes
 import http.client
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -31,10 +32,31 @@ def render(template: Path, destination: Path, **values: str) -> Path:
     return destination
 
 
+EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PORT = 10000
+_given_ports: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
+    """A port nothing listens on, for a server about to start, chosen below the kernel's ephemeral
+    range: the kernel gives the source ports of outgoing connections from that range, and one given
+    between this choice and the server's bind makes the bind fail (seen when load tests ran beside
+    other servers' starts). Never the same port twice in one process."""
+    try:
+        highest = int(EPHEMERAL_PORTS.read_text().split()[0]) - 1
+    except (OSError, ValueError, IndexError):
+        highest = 32767
+    for _ in range(200):
+        port = random.randint(LOWEST_PORT, max(highest, LOWEST_PORT + 1000))
+        with socket.socket() as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+        if port not in _given_ports:
+            _given_ports.add(port)
+            return port
+    raise RuntimeError(f"no free port on {host} between {LOWEST_PORT} and {highest}")
 
 
 def accepts_connections(port: int, host: str = "127.0.0.1") -> bool:

@@ -12,6 +12,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from deploy.cluster import PgBouncer, Redis
+from deploy.processes import wait_until
 from deploy.unit import Unit
 from plants.rate_stores import RATE_LIMIT_CACHE
 from plants.services import token_issue
@@ -119,6 +120,16 @@ def production_unit(transactional_db, tmp_path):
     yield start
     for server in servers:
         server.stop()
+    # Its workers' sessions end just after they exit: wait, or dropping the test database may find one.
+    with connection.cursor() as cursor:
+        wait_until(lambda: not other_sessions(cursor), None, 10, "the stopped units' database sessions")
+
+
+def other_sessions(cursor) -> int:
+    cursor.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    return cursor.fetchone()[0]
 
 
 @pytest.fixture

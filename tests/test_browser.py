@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import User
+from django.db import connections
 from playwright.sync_api import sync_playwright
 
 from deploy.processes import ROOT
@@ -60,6 +61,9 @@ def browser_page(monkeypatch):
         context.route("**/*", keep_local)
         page = context.new_page()
         yield page
+        # The ORM calls made while its loop ran had connections of their own (Django keeps one per
+        # async context): closed here, in that context, or they would outlive the test.
+        connections.close_all()
         assert outside == [], f"the pages asked for resources off this machine: {outside}"
         browser.close()
 

@@ -7,6 +7,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from threading import Barrier
 
+import pytest
 from django.db import connection
 
 from deploy.processes import wait_until
@@ -86,6 +87,7 @@ def pg_ctl(action: str) -> None:
     subprocess.run(command, check=True, capture_output=True, timeout=60)
 
 
+@pytest.mark.alone
 def test_service_answers_json_during_a_postgres_restart_and_recovers(production_unit, token):
     server = production_unit(APP_PROCESSES="2", APP_THREADS="4")
 
@@ -113,6 +115,7 @@ def test_service_answers_json_during_a_postgres_restart_and_recovers(production_
     assert load.ids_with(200) <= set(Plant.objects.values_list("id", flat=True))
 
 
+@pytest.mark.alone
 def test_connections_idle_across_a_postgres_restart_are_replaced_before_use(production_unit, token):
     server = production_unit(APP_PROCESSES="2", APP_THREADS="4")
     warm = create_many(server.url, token, range(200), "warm")  # gives every server thread a connection
