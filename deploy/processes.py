@@ -48,14 +48,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         highest = 32767
     for _ in range(200):
         port = random.randint(LOWEST_PORT, max(highest, LOWEST_PORT + 1000))
+        if port in _given_ports:
+            continue
         with socket.socket() as probe:
             try:
                 probe.bind((host, port))
             except OSError:
                 continue
-        if port not in _given_ports:
-            _given_ports.add(port)
-            return port
+        _given_ports.add(port)
+        return port
     raise RuntimeError(f"no free port on {host} between {LOWEST_PORT} and {highest}")
 
 

@@ -155,6 +155,8 @@ def live_env(**env: str) -> dict:
 
 
 class LiveUnit(Unit):
+    """A Unit whose start() also waits for every app worker (wait_for_app_workers)."""
+
     def start(self, expect_health: int = 200, timeout: float = 60) -> "LiveUnit":
         super().start(expect_health, timeout)
         wait_for_app_workers(self.log, self.app.process)
