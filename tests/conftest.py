@@ -76,7 +76,23 @@ STARTS_A_SERVER = {"production_unit", "pgbouncer", "redis_server", "counting_in_
 skipped: list[str] = []
 
 
+# The modules that take longest (their servers, loads and timeouts), longest first: make test's
+# processes take modules in collection order, so these start first and none is left to run alone
+# at the end of a pass.
+SLOWEST_MODULES = [
+    "test_container.py",
+    "test_edge.py",
+    "test_serve.py",
+    "test_cluster.py",
+    "test_failover.py",
+    "test_systemd_unit.py",
+    "test_traces_exported.py",
+]
+
+
 def pytest_collection_modifyitems(config, items):
+    slowest_first = {name: rank for rank, name in enumerate(SLOWEST_MODULES)}
+    items.sort(key=lambda item: slowest_first.get(item.path.name, len(SLOWEST_MODULES)))  # stable
     for item in items:
         if NEEDS_POSTGRESQL & set(item.fixturenames):
             item.add_marker(pytest.mark.postgres)
