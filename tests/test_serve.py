@@ -230,12 +230,13 @@ def test_a_closed_terminal_stops_make_serve_and_leaves_nothing_running(tmp_path)
 def test_a_killed_supervisor_takes_its_servers_with_it(tmp_path):
     server = MakeServe(tmp_path).start()
     supervisor = server.pid_of(b"deploy/serve.py")
-    servers = [pid for pid in server.descendants() if pid != supervisor]
+    servers, folder = [pid for pid in server.descendants() if pid != supervisor], unit_folder(server)
 
     os.kill(supervisor, signal.SIGKILL)
 
     assert wait_for_exit(servers) == []
     server.stop()
+    shutil.rmtree(folder)  # a killed supervisor cannot remove the unit's folder: the test does
 
 
 def test_request_in_flight_at_sigterm_is_answered(served):
