@@ -10,10 +10,6 @@ PYTEST_ARGS ?=
 # module's tests in one process (they share its servers); each process has its own test database.
 TEST_WORKERS ?= 3
 COVERAGE_ARGS = --cov --cov-append --cov-report= --cov-fail-under=0
-# A pass: every test but those marked `alone` in parallel, then those, by themselves (exit 5: the
-# pass's selection left none of them).
-PYTEST_PASSES = $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone" $(COVERAGE_ARGS) --durations=15 $(PYTEST_ARGS) \
-	&& { $(VENV)/bin/pytest -m alone $(COVERAGE_ARGS) $(PYTEST_ARGS) || [ $$? -eq 5 ]; }
 # pg_auto_failover for the installed PostgreSQL server's major version (expanded once that is installed).
 FAILOVER_PACKAGES = pg-auto-failover-cli postgresql-$$(ls /usr/lib/postgresql | sort -V | tail -n 1)-auto-failover
 # The browser tests drive Debian's Chromium; Playwright never downloads a browser of its own.
@@ -97,11 +93,12 @@ format: $(VENV)/.dev ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-test-sqlite: $(VENV)/.dev system-packages container-packages ## the test suite on SQLite (the embedded default); PostgreSQL-only tests deselected
-	env -u DATABASE_URL bash -c '$(PYTEST_PASSES)'
+test-sqlite: $(VENV)/.dev system-packages container-packages ## the test suite on SQLite (the embedded default); PostgreSQL-only and `alone` tests deselected
+	env -u DATABASE_URL $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile $(COVERAGE_ARGS) --durations=15 $(PYTEST_ARGS)
 
 test-postgres: $(VENV)/.dev system-packages ## the whole test suite on a throwaway PostgreSQL server (scripts/with-postgres)
-	scripts/with-postgres bash -c '$(PYTEST_PASSES)'
+	scripts/with-postgres bash -c '$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone" $(COVERAGE_ARGS) --durations=15 $(PYTEST_ARGS) \
+		&& { $(VENV)/bin/pytest -m alone $(COVERAGE_ARGS) $(PYTEST_ARGS) || [ $$? -eq 5 ]; }'  # 5: PYTEST_ARGS left none
 
 coverage-erase: $(VENV)/.dev ## forget the coverage of earlier runs
 	$(VENV)/bin/coverage erase

@@ -2,7 +2,7 @@
 
 A skipped test did not pass: the run fails if any test skips. Tests that need PostgreSQL (marked
 `postgres`, or using a live server on the test database) are deselected on SQLite (counted in the
-summary) and run in `make test-postgres`.
+summary) and run in `make test-postgres`; so are those that need the machine to themselves (`alone`).
 """
 
 import json
@@ -98,11 +98,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.postgres)
         if STARTS_A_SERVER & set(item.fixturenames):
             item.add_marker(pytest.mark.live)
-    # The containers use no test database: they run once, in the SQLite pass.
-    other_pass = "container" if connection.vendor == "postgresql" else "postgres"
-    deselected = [item for item in items if item.get_closest_marker(other_pass)]
+    # The containers use no test database: they run once, in the SQLite pass. Tests that need the
+    # machine to themselves run once, in the PostgreSQL pass, after the others.
+    other_pass = ("container",) if connection.vendor == "postgresql" else ("postgres", "alone")
+    deselected = [item for item in items if any(item.get_closest_marker(name) for name in other_pass)]
     config.hook.pytest_deselected(items=deselected)
-    items[:] = [item for item in items if not item.get_closest_marker(other_pass)]
+    items[:] = [item for item in items if item not in deselected]
 
 
 def pytest_runtest_logreport(report):

@@ -389,7 +389,8 @@ def cpu_ticks(pid: int) -> int:
 
 
 # The kernel hands a new connection to a worker that is on a CPU: beside other tests' load, the
-# share measures the machine, not nginx's keepalive_requests.
+# share measures the machine, not nginx's keepalive_requests. Alone, it runs once, on PostgreSQL
+# (the database does not change how the workers share connections).
 @pytest.mark.alone
 def test_keep_alive_load_is_shared_by_every_worker(topology):
     workers = topology.workers()
