@@ -238,9 +238,10 @@ class Unit:
         /livez, or nginx refuses the config, it is stopped, nothing was switched, and RuntimeError
         says why: the running version serves on.
 
-        Not the app server's own reload (Granian's SIGHUP: new workers on the same socket): an old
-        worker stopping closes the idle connections nginx keeps to it, and nginx may have just sent
-        a request on one; it does not send a POST twice, so that client would get a 503."""
+        Not the app server's own reload (Granian's SIGHUP: new workers on the same socket): it stops
+        an old worker whether or not its replacement started, and an old worker stopping closes the
+        idle connections nginx keeps to it, and nginx may have just sent a request on one; it does
+        not send a POST twice, so that client would get a 503 (docs/decisions/supervisor.md)."""
         self.retire(wait=True)  # the reload before this one has finished
         old_app, old_socket = self.app, self.socket_path
         self.generation += 1
