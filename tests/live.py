@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
@@ -316,7 +317,7 @@ class MakeServe:
         return children(self.pid_of(b"bin/granian"))
 
     def stored_ids(self) -> set[int]:
-        with sqlite3.connect(self.database) as connection:
+        with closing(sqlite3.connect(self.database)) as connection:  # sqlite3's own `with` does not close
             return {row[0] for row in connection.execute("SELECT id FROM plants_plant")}
 
     def log(self) -> str:
