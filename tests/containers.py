@@ -10,7 +10,10 @@ from pathlib import Path
 
 from deploy.processes import ROOT
 
-# Kept between runs: the Debian base (made once per suite) and the build's layers.
+# Kept between runs: the Debian base (made once per suite) and the build's layers, so that a run
+# whose Dockerfile and requirements did not change rebuilds only the app's layers. Layers left
+# untagged and over a week old are removed (a build that still uses one makes it again).
+LAYERS_KEPT_FOR = "168h"
 CACHE = Path("/var/tmp/plantstore-containers/tests")
 STORAGE_CONF = """\
 [storage]
@@ -74,7 +77,7 @@ class Podman:
         return done
 
     def clean(self) -> None:
-        """Every container, volume, network and image of this project, and the build's dangling layers."""
+        """Every container, volume, network and image name of this project, and untagged layers over a week old."""
         names = self("ps", "-a", "--format", "{{.Names}}", "--filter", f"name=^{self.project}").stdout.split()
         if names:
             self("rm", "-f", "-v", "-t", "0", *names, check=False)
@@ -84,5 +87,7 @@ class Podman:
         networks = self("network", "ls", "--format", "{{.Name}}", "--filter", f"name=^{self.project}").stdout.split()
         if networks:
             self("network", "rm", "-f", *networks, check=False)
-        self("rmi", "-f", f"localhost/{self.project}:latest", f"localhost/{self.project}-infra:latest", check=False)
-        self("image", "prune", "-f", check=False)
+        # Untagged, not removed: removing an image removes its layers, the next run's build cache.
+        for image in (f"localhost/{self.project}:latest", f"localhost/{self.project}-infra:latest"):
+            self("untag", image, image, check=False)
+        self("image", "prune", "-f", "--filter", f"until={LAYERS_KEPT_FOR}", check=False)
