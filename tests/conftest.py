@@ -3,6 +3,8 @@
 A skipped test did not pass: the run fails if any test skips. Tests that need PostgreSQL (marked
 `postgres`, or using a live server on the test database) are deselected on SQLite (counted in the
 summary) and run in `make test-postgres`; so are those that need the machine to themselves (`alone`).
+Tests whose servers use a database of their own (`own_database`: `make serve`'s SQLite file) and the
+containers run in the SQLite pass only: the run's database cannot change their outcome.
 """
 
 import json
@@ -98,12 +100,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.postgres)
         if STARTS_A_SERVER & set(item.fixturenames):
             item.add_marker(pytest.mark.live)
-    # The containers use no test database: they run once, in the SQLite pass. Tests that need the
-    # machine to themselves run once, in the PostgreSQL pass, after the others.
-    other_pass = ("container",) if connection.vendor == "postgresql" else ("postgres", "alone")
-    deselected = [item for item in items if any(item.get_closest_marker(name) for name in other_pass)]
+    # The containers, and servers on a database of their own, use no test database: they run once,
+    # in the SQLite pass. Tests that need the machine to themselves run once, in the PostgreSQL
+    # pass, after the others (there, and only there, whatever their database).
+    if connection.vendor == "postgresql":
+        deselected = [item for item in items if in_sqlite_pass_only(item)]
+    else:
+        deselected = [item for item in items if item.get_closest_marker("postgres") or item.get_closest_marker("alone")]
     config.hook.pytest_deselected(items=deselected)
     items[:] = [item for item in items if item not in deselected]
+
+
+def in_sqlite_pass_only(item) -> bool:
+    if item.get_closest_marker("container"):
+        return True
+    return bool(item.get_closest_marker("own_database")) and not item.get_closest_marker("alone")
 
 
 def pytest_runtest_logreport(report):

@@ -326,6 +326,7 @@ class Browser:
 
 
 @pytest.mark.live
+@pytest.mark.own_database
 def test_lockout_through_make_serve_locks_the_address_that_failed_not_the_user(tmp_path):
     server = MakeServe(tmp_path, DJANGO_SECURE_COOKIES="0").start()
     try:

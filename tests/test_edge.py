@@ -49,11 +49,14 @@ def cluster_topology(django_db_setup, django_db_blocker, work_dir):
         yield topology_of_cluster(cluster)
 
 
-# The cluster runs on the test database (pytest-django sets it up only for tests marked as using it).
+# The cluster runs on the test database (pytest-django sets it up only for tests marked as using it);
+# make serve on a SQLite file of its own, whatever the run's database.
 CLUSTER = pytest.param("cluster", marks=[pytest.mark.postgres, pytest.mark.django_db])
+SERVE = pytest.param("serve", marks=pytest.mark.own_database)
+TLS = pytest.param("tls", marks=pytest.mark.own_database)
 
 
-@pytest.fixture(scope="module", params=["serve", CLUSTER])
+@pytest.fixture(scope="module", params=[SERVE, CLUSTER])
 def topology(request):
     """Each case runs against make serve (SQLite) and make cluster (PostgreSQL through PgBouncer)."""
     return request.getfixturevalue(f"{request.param}_topology")
@@ -80,7 +83,7 @@ def tls_topology(work_dir):
 ADMIN_PASSWORD = "the-right-password-" + "y" * 12
 
 
-@pytest.fixture(scope="module", params=["serve", CLUSTER, "tls"])
+@pytest.fixture(scope="module", params=[SERVE, CLUSTER, TLS])
 def login_topology(request):
     """The three topologies, each with a superuser `admin` (each test starts with `axes_reset`)."""
     topology = request.getfixturevalue(f"{request.param}_topology")

@@ -17,7 +17,8 @@ import pytest
 from deploy.processes import children, wait_until
 from tests.live import Load, MakeServe, live_unit, request, wait_for_exit
 
-pytestmark = pytest.mark.live
+# make serve on a SQLite file of its own (tests/live.py: MakeServe), or on no reachable database.
+pytestmark = [pytest.mark.live, pytest.mark.own_database]
 
 
 @pytest.fixture

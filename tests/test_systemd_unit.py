@@ -35,6 +35,8 @@ SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The unit's user, plantstore, is not made on a test machine: nobody, as unprivileged, stands in.
 USER = "nobody"
 RATE = 100_000  # a day: counted, never reached
+# The unit's command serves a SQLite file in its state directory, never the run's test database.
+pytestmark = pytest.mark.own_database
 # Starting it as another user in a mount namespace of its own takes root, as it takes systemd.
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="starts the unit as another user: needs root")
 

@@ -141,9 +141,10 @@ def cluster_topology(django_db_setup, django_db_blocker, work_dir):
 
 
 CLUSTER = pytest.param("cluster", marks=[pytest.mark.postgres, pytest.mark.django_db])
+SERVE = pytest.param("serve", marks=pytest.mark.own_database)  # make serve's SQLite file
 
 
-@pytest.fixture(scope="module", params=["serve", CLUSTER])
+@pytest.fixture(scope="module", params=[SERVE, CLUSTER])
 def traced(request) -> Traced:
     return request.getfixturevalue(f"{request.param}_topology")
 
@@ -276,6 +277,7 @@ def test_spans_are_exported_by_every_app_server_worker(traced):
     assert all(re.fullmatch(r"[0-9a-f]{16}", span["spanId"]) for span in servers)
 
 
+@pytest.mark.own_database
 def test_make_run_s_development_server_exports_the_request_s_span_in_the_caller_s_trace(tmp_path):
     port, trace_id, log = free_port(), os.urandom(16).hex(), tmp_path / "run.log"
     env = {
