@@ -2,10 +2,12 @@
 offline, and run as a container: the contract, the health check, its user, what it holds, and a
 stop under load. Runs in make test's SQLite pass (it uses no test database)."""
 
+import contextlib
 import json
 import os
 import tarfile
 import time
+import urllib.request
 
 import pytest
 
@@ -170,9 +172,27 @@ def compose(podman, image):
         if not wait_until_healthy(url, None, timeout=120):
             logs = podman("logs", "--tail", "30", f"{podman.project}-compose_app1_1", check=False)
             raise RuntimeError(f"the compose stack's front did not answer 200 on /healthz:\n{logs.stdout}{logs.stderr}")
+        # The front answers once one app passes its checks; the other may still be starting.
+        if not front_reaches_both_apps(podman, url, timeout=60):
+            raise RuntimeError("the compose stack's front did not route a request to each app within 60 s")
         yield url
     finally:
         podman.compose("down", "-t", "40", env=env)
+
+
+def front_reaches_both_apps(podman, url: str, timeout: float) -> bool:
+    """Whether requests sent to the front reach both apps (their X-Request-ID in each app's log)."""
+    apps = [f"{podman.project}-compose_{app}_1" for app in ("app1", "app2")]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        probe = urllib.request.Request(f"{url}/healthz", headers={"X-Request-ID": f"probe-{os.urandom(4).hex()}"})
+        with contextlib.suppress(OSError):
+            urllib.request.urlopen(probe, timeout=5).close()
+        logs = [podman("logs", app) for app in apps]
+        if all('"request_id": "probe-' in log.stdout + log.stderr for log in logs):
+            return True
+        time.sleep(0.2)
+    return False
 
 
 def test_the_compose_stack_migrates_once_and_stores_creates_through_its_front_in_postgresql(podman, compose):
