@@ -4,7 +4,8 @@ A skipped test did not pass: the run fails if any test skips. Tests that need Po
 `postgres`, or using a live server on the test database) are deselected on SQLite (counted in the
 summary) and run in `make test-postgres`; so are those that need the machine to themselves (`alone`).
 Tests whose servers use a database of their own (`own_database`: `make serve`'s SQLite file) and the
-containers run in the SQLite pass only: the run's database cannot change their outcome.
+containers run in the SQLite pass only: the run's database cannot change their outcome
+(`--with-own-database` runs them on PostgreSQL too, for make test-newest's single pass).
 """
 
 import json
@@ -92,6 +93,15 @@ SLOWEST_MODULES = [
 ]
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--with-own-database",
+        action="store_true",
+        help="on PostgreSQL, run the own_database tests too: for a run that is the only one on its Python "
+        "and Django, as make test-newest's",
+    )
+
+
 def pytest_collection_modifyitems(config, items):
     slowest_first = {name: rank for rank, name in enumerate(SLOWEST_MODULES)}
     items.sort(key=lambda item: slowest_first.get(item.path.name, len(SLOWEST_MODULES)))  # stable
@@ -104,17 +114,18 @@ def pytest_collection_modifyitems(config, items):
     # in the SQLite pass. Tests that need the machine to themselves run once, in the PostgreSQL
     # pass, after the others (there, and only there, whatever their database).
     if connection.vendor == "postgresql":
-        deselected = [item for item in items if in_sqlite_pass_only(item)]
+        deselected = [item for item in items if in_sqlite_pass_only(item, config.getoption("with_own_database"))]
     else:
         deselected = [item for item in items if item.get_closest_marker("postgres") or item.get_closest_marker("alone")]
     config.hook.pytest_deselected(items=deselected)
     items[:] = [item for item in items if item not in deselected]
 
 
-def in_sqlite_pass_only(item) -> bool:
+def in_sqlite_pass_only(item, with_own_database: bool) -> bool:
     if item.get_closest_marker("container"):
         return True
-    return bool(item.get_closest_marker("own_database")) and not item.get_closest_marker("alone")
+    own_database = item.get_closest_marker("own_database") and not item.get_closest_marker("alone")
+    return bool(own_database) and not with_own_database
 
 
 def pytest_runtest_logreport(report):
