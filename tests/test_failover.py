@@ -19,6 +19,7 @@ import psycopg
 import pytest
 import redis
 
+from deploy.cluster import as_unprivileged_user
 from deploy.database import PRIMARY_STATES, DataNode, FailoverDatabase
 from deploy.processes import ROOT, wait_until
 from tests.live import LIVE_SETTINGS, Load, live_cluster, live_env, request
@@ -47,7 +48,19 @@ REVOKED = {"error": 40101, "message": "The token has been revoked."}
 def database():
     formation = FailoverDatabase().start()
     yield formation
+    free_shared_memory_of_lost_hosts(formation)
     formation.stop()
+
+
+def free_shared_memory_of_lost_hosts(formation: FailoverDatabase) -> None:
+    """A PostgreSQL killed with its host (DataNode.kill) leaves its shared memory behind (segments in
+    /dev/shm, a System V one) until a server starts on its data folder again: start and stop each
+    node a test left lost, so that PostgreSQL itself frees them before the folder goes."""
+    for node in formation.nodes:
+        if node.process.poll() is not None and (node.pgdata / "postmaster.pid").exists():
+            pg_ctl = [str(formation.bin / "pg_ctl"), "-D", str(node.pgdata), "-w", "-s"]
+            for action in (["start", "-l", str(node.pgdata / "freed.log")], ["stop", "-m", "immediate"]):
+                subprocess.run([*pg_ctl, *action], capture_output=True, timeout=60, **as_unprivileged_user())
 
 
 @pytest.fixture(scope="module")
