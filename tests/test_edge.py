@@ -19,7 +19,16 @@ from django.db import connection
 
 from plants.exceptions import ErrorCode
 from tests.live import MakeServe, request
-from tests.topologies import TLS_PROXY_ADDRESS, TlsProxy, running_cluster, topology_of_cluster, topology_of_served
+from tests.topologies import (
+    CLUSTER,
+    SERVE,
+    TLS,
+    TLS_PROXY_ADDRESS,
+    TlsProxy,
+    running_cluster,
+    topology_of_cluster,
+    topology_of_served,
+)
 
 pytestmark = pytest.mark.live
 
@@ -47,13 +56,6 @@ def serve_topology(work_dir):
 def cluster_topology(django_db_setup, django_db_blocker, work_dir):
     with running_cluster(connection.settings_dict, work_dir, django_db_blocker) as cluster:
         yield topology_of_cluster(cluster)
-
-
-# The cluster runs on the test database (pytest-django sets it up only for tests marked as using it);
-# make serve on a SQLite file of its own, whatever the run's database.
-CLUSTER = pytest.param("cluster", marks=[pytest.mark.postgres, pytest.mark.django_db])
-SERVE = pytest.param("serve", marks=pytest.mark.own_database)
-TLS = pytest.param("tls", marks=pytest.mark.own_database)
 
 
 @pytest.fixture(scope="module", params=[SERVE, CLUSTER])

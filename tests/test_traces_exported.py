@@ -32,7 +32,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from deploy.processes import free_port
 from tests.live import MakeServe, start_make, wait_until_healthy
-from tests.topologies import Topology, running_cluster, topology_of_cluster, topology_of_served
+from tests.topologies import CLUSTER, SERVE, Topology, running_cluster, topology_of_cluster, topology_of_served
 
 pytestmark = pytest.mark.live
 
@@ -138,10 +138,6 @@ def cluster_topology(django_db_setup, django_db_blocker, work_dir):
     with running_cluster(connection.settings_dict, work_dir, django_db_blocker, **env) as cluster:
         topology = topology_of_cluster(cluster)
         yield Traced(topology, lambda: spans_in_log(topology))
-
-
-CLUSTER = pytest.param("cluster", marks=[pytest.mark.postgres, pytest.mark.django_db])
-SERVE = pytest.param("serve", marks=pytest.mark.own_database)  # make serve's SQLite file
 
 
 @pytest.fixture(scope="module", params=[SERVE, CLUSTER])

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from django.core.management import call_command
 
 from deploy.cluster import Cluster
@@ -19,6 +20,12 @@ from deploy.processes import ROOT, ServerProcess, free_port, wait_until
 from tests.live import MakeServe, live_cluster
 
 VENV = Path(sys.executable).parent.parent
+# The topologies as parameters of a module's fixture: make cluster runs on the test database
+# (pytest-django sets it up only for tests marked as using it), make serve and the TLS proxy's
+# make serve on a SQLite file of their own, whatever the run's database.
+CLUSTER = pytest.param("cluster", marks=[pytest.mark.postgres, pytest.mark.django_db])
+SERVE = pytest.param("serve", marks=pytest.mark.own_database)
+TLS = pytest.param("tls", marks=pytest.mark.own_database)
 # Where the TLS proxy connects to `make serve` from: its one address, the unit's PLANTS_TRUSTED_PROXIES.
 TLS_PROXY_ADDRESS = "127.0.0.10"
 
