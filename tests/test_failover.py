@@ -19,7 +19,6 @@ import psycopg
 import pytest
 import redis
 
-from deploy.cluster import as_unprivileged_user
 from deploy.database import PRIMARY_STATES, DataNode, FailoverDatabase
 from deploy.processes import ROOT, wait_until
 from tests.live import LIVE_SETTINGS, Load, live_cluster, live_env, request
@@ -48,8 +47,10 @@ REVOKED = {"error": 40101, "message": "The token has been revoked."}
 def database():
     formation = FailoverDatabase().start()
     yield formation
-    free_shared_memory_of_lost_hosts(formation)
-    formation.stop()
+    try:
+        free_shared_memory_of_lost_hosts(formation)
+    finally:
+        formation.stop()
 
 
 def free_shared_memory_of_lost_hosts(formation: FailoverDatabase) -> None:
@@ -59,8 +60,8 @@ def free_shared_memory_of_lost_hosts(formation: FailoverDatabase) -> None:
     for node in formation.nodes:
         if node.process.poll() is not None and (node.pgdata / "postmaster.pid").exists():
             pg_ctl = [str(formation.bin / "pg_ctl"), "-D", str(node.pgdata), "-w", "-s"]
-            for action in (["start", "-l", str(node.pgdata / "freed.log")], ["stop", "-m", "immediate"]):
-                subprocess.run([*pg_ctl, *action], capture_output=True, timeout=60, **as_unprivileged_user())
+            formation.run([*pg_ctl, "start", "-l", str(node.pgdata / "freed.log")])
+            formation.run([*pg_ctl, "stop", "-m", "immediate"])
 
 
 @pytest.fixture(scope="module")
