@@ -51,7 +51,7 @@ EXPOSE 8000
 # answered, Granian's workers get 35 s): give `stop` a grace period of 40 s (compose.yaml does).
 STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
-    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2)"]
+    CMD ["python", "-m", "deploy.probe", "/healthz"]
 # tini as PID 1 passes signals on and reaps orphans; migrations are a one-off command, never here.
 ENTRYPOINT ["/usr/bin/tini", "--"]
 CMD ["python", "deploy/serve.py"]

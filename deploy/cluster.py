@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
+from deploy.probe import probe_host
 from deploy.processes import ROOT, ServerProcess, accepts_connections, free_port, render, stop_process, wait_until
 from deploy.unit import Unit, http_upstream, nginx_command, render_nginx_conf
 
@@ -114,7 +115,7 @@ class HAProxy:
     """HAProxy (deploy/cluster/haproxy.cfg) on `port`, balancing over `units`, with its runtime API
     on a unix socket in `work_dir` (drain, maint, ready: the rolling restart's moves)."""
 
-    def __init__(self, port: int, units: list[Unit], work_dir: Path, supervised: bool = False):
+    def __init__(self, port: int, units: list[Unit], work_dir: Path, probe_host: str, supervised: bool = False):
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.socket_path = work_dir / "haproxy.sock"
@@ -122,10 +123,13 @@ class HAProxy:
             f"    server {self.server_name(number)} {unit.url.removeprefix('http://')} check\n"
             for number, unit in enumerate(units)
         )
+        # Its checks name a host the units allow (deploy/probe.py), as every unit's own probe does.
+        self.probe_host = probe_host
         self.config = render(
             DEPLOY / "haproxy.cfg",
             work_dir / "haproxy.cfg",
             PORT=str(port),
+            PROBE_HOST=self.probe_host,
             SERVERS=servers,
             ERRORS=str(DEPLOY / "errors"),
             ADMIN_SOCKET=str(self.socket_path),
@@ -148,7 +152,7 @@ class HAProxy:
             raise RuntimeError("haproxy is not installed (Debian package haproxy)")
         self.server.launch()
         # Ready once an app unit has passed its health checks: /healthz through it answers 200.
-        self.server.wait_healthy(f"{self.url}/healthz")
+        self.server.wait_healthy(f"{self.url}/healthz", self.probe_host)
         return self
 
     def command(self, line: str) -> str:
@@ -188,8 +192,11 @@ class Front:
     its Error bodies (HAProxy 2.6 answers its parser's refusals with a built-in HTML page). It names
     the client in X-Forwarded-For, whatever the client sent."""
 
-    def __init__(self, port: int, upstream_port: int, work_dir: Path, supervised: bool = False):
-        self.port, self.upstream_port = port, upstream_port
+    def __init__(self, port: int, upstream_port: int, work_dir: Path, env: dict, supervised: bool = False):
+        """`env`: the cluster's settings; the proxies its PLANTS_TRUSTED_PROXIES names (the TLS proxy
+        in front) are the front's to believe."""
+        self.port, self.upstream_port, self.env = port, upstream_port, env
+        self.probe_host = probe_host(env.get("DJANGO_ALLOWED_HOSTS", ""))
         self.url = f"http://127.0.0.1:{port}"
         self.run_dir = work_dir / "front"
         self.log_path = work_dir / "front.log"
@@ -205,13 +212,15 @@ class Front:
         self.run_dir.chmod(0o755)  # nginx's workers (nobody, when started as root) use its temp folders
         upstream, listen = f"127.0.0.1:{self.upstream_port}", f"127.0.0.1:{self.port}"
         # It waits 40 s for an answer: longer than HAProxy does (timeout server), whose 503 it passes on.
-        conf = render_nginx_conf(self.run_dir, upstream, listen, [], http_upstream(keepalive=True, read_timeout_s=40))
+        conf = render_nginx_conf(
+            self.run_dir, upstream, listen, self.env, http_upstream(keepalive=True, read_timeout_s=40)
+        )
         self.server = ServerProcess(
             "front", nginx_command(self.run_dir, conf), dict(os.environ), self.log_path, self.supervised
         )
         self.server.launch()
         try:
-            self.server.wait_healthy(f"{self.url}/healthz")
+            self.server.wait_healthy(f"{self.url}/healthz", self.probe_host)
         except RuntimeError:
             self.stop()
             raise
@@ -256,10 +265,11 @@ class Cluster:
             **os.environ,
             **database_env,
             "REDIS_URL": self.redis.url,
-            # The front names the client in X-Forwarded-For and HAProxy adds the front's address; each
-            # unit's nginx believes only those two, which connect from BALANCER_ADDRESS.
-            "PLANTS_TRUSTED_PROXIES": BALANCER_ADDRESS,
             **env,
+            # The front names the client in X-Forwarded-For and HAProxy adds the front's address; each
+            # unit's nginx believes only those two, which connect from BALANCER_ADDRESS. The proxies
+            # that `env` names (a TLS proxy in front of the cluster) are the front's to believe.
+            "PLANTS_TRUSTED_PROXIES": BALANCER_ADDRESS,
         }
         self.units = [
             Unit(
@@ -271,8 +281,8 @@ class Cluster:
             )
             for n in range(app_servers)
         ]
-        self.haproxy = HAProxy(free_port(), self.units, work_dir, supervised)
-        self.front = Front(port or free_port(), self.haproxy.port, work_dir, supervised)
+        self.haproxy = HAProxy(free_port(), self.units, work_dir, self.units[0].probe_host, supervised)
+        self.front = Front(port or free_port(), self.haproxy.port, work_dir, {**os.environ, **env}, supervised)
         self.url = self.front.url
 
     def start(self) -> "Cluster":

@@ -93,17 +93,17 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         self.sock.connect(str(self.path))
 
 
-def http_status(url: str, timeout: float = 2, unix_socket: Path | None = None) -> int | None:
+def http_status(url: str, timeout: float = 2, unix_socket: Path | None = None, host: str | None = None) -> int | None:
     """The status of GET `url` (http://host:port/path), None when nothing answered; sent to
-    `unix_socket` instead of host:port when given."""
+    `unix_socket` instead of host:port when given; `host` in the Host header, else the URL's."""
     host_port, _, path = url.removeprefix("http://").partition("/")
-    host, _, port = host_port.rpartition(":")
+    address, _, port = host_port.rpartition(":")
     if unix_socket:
-        connection = UnixHTTPConnection(unix_socket, host, timeout)
+        connection = UnixHTTPConnection(unix_socket, address, timeout)
     else:
-        connection = http.client.HTTPConnection(host, int(port), timeout=timeout)
+        connection = http.client.HTTPConnection(address, int(port), timeout=timeout)
     try:
-        connection.request("GET", f"/{path}", headers={"Host": host})
+        connection.request("GET", f"/{path}", headers={"Host": host or address})
         return connection.getresponse().status
     except (OSError, http.client.HTTPException):
         return None
@@ -245,10 +245,11 @@ class ServerProcess:
             pass
         self.process.wait()
 
-    def wait_healthy(self, url: str, timeout: float = 30) -> None:
-        """Wait until GET `url` answers 200; RuntimeError with the server's log if it exits or time runs out."""
+    def wait_healthy(self, url: str, host: str, timeout: float = 30) -> None:
+        """Wait until GET `url` with `host` as its Host answers 200; RuntimeError with the server's
+        log if it exits or time runs out."""
         try:
-            wait_until(lambda: http_status(url) == 200, self.process, timeout, self.name)
+            wait_until(lambda: http_status(url, host=host) == 200, self.process, timeout, self.name)
         except RuntimeError as error:
             raise RuntimeError(f"{error}: {self.log()}") from None
 

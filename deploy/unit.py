@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from deploy.app_server import APP_ENVIRONMENT, WORKER_STOP_S, granian_command
+from deploy.probe import probe_host
 from deploy.processes import ROOT, ServerProcess, accepts_unix_connections, children, http_status, wait_until
 
 NGINX_TEMPLATE = ROOT / "deploy" / "nginx.conf"
@@ -39,22 +40,32 @@ READ_TIMEOUT_S = 30
 NGINX_SHUTDOWN_S = 35
 
 
-def trusted_proxies(value: str) -> list[str]:
-    """PLANTS_TRUSTED_PROXIES (comma-separated addresses or networks) checked, one per item."""
-    proxies = []
-    for item in filter(None, (part.strip() for part in value.split(","))):
+def networks(env: dict, name: str) -> list[str]:
+    """The setting `name` of `env` (comma-separated addresses or networks) checked, one per item."""
+    found = []
+    for item in filter(None, (part.strip() for part in env.get(name, "").split(","))):
         try:
-            proxies.append(str(ipaddress.ip_network(item, strict=False)))
+            found.append(str(ipaddress.ip_network(item, strict=False)))
         except ValueError:
-            raise SystemExit(f"PLANTS_TRUSTED_PROXIES: {item!r} is not an address or network") from None
-    return proxies
+            raise SystemExit(f"{name}: {item!r} is not an address or network") from None
+    return found
+
+
+def client_rule(clients: list[str]) -> str:
+    """nginx's access rules for a location served only to `clients`; none when the list is empty (all)."""
+    return "".join(f"\n            allow {client};" for client in clients) + (
+        "\n            deny all;" if clients else ""
+    )
 
 
 def render_nginx_conf(
-    run_dir: Path, upstream: str, listen: str, proxies: list[str], edit=None, name: str = "nginx.conf"
+    run_dir: Path, upstream: str, listen: str, env: dict, edit=None, name: str = "nginx.conf"
 ) -> Path:
     """deploy/nginx.conf for nginx listening on `listen`, in front of `upstream` (unix:/path), as
-    `name` in `run_dir`; `edit(text)`, if given, changes the result (the bench puts other app servers behind it)."""
+    `name` in `run_dir`, with the settings of `env` it reads (PLANTS_TRUSTED_PROXIES,
+    PLANTS_ADMIN_CLIENTS, PLANTS_METRICS_CLIENTS); `edit(text)`, if given, changes the result
+    (the bench puts other app servers behind it)."""
+    proxies = networks(env, "PLANTS_TRUSTED_PROXIES")
     real_ip = "".join(f"set_real_ip_from {proxy};\n        " for proxy in proxies)
     if proxies:
         # The client is the last address in X-Forwarded-For that is not a trusted proxy's.
@@ -72,6 +83,8 @@ def render_nginx_conf(
         "@WORKER_SHUTDOWN@": f"{NGINX_SHUTDOWN_S}s",
         "@REAL_IP@": real_ip,
         "@TRUSTED_PROXIES@": trusted,
+        "@ADMIN_CLIENTS@": client_rule(networks(env, "PLANTS_ADMIN_CLIENTS")),
+        "@METRICS_CLIENTS@": client_rule(networks(env, "PLANTS_METRICS_CLIENTS")),
     }.items():
         text = text.replace(placeholder, value)
     if edit:
@@ -134,7 +147,8 @@ class Unit:
         self.listen, self.env, self.log_path, self.supervised, self.name = listen, env, log, supervised, name
         self.app_command = app_command or granian_command(env)
         self.nginx_edit = nginx_edit
-        self.proxies = trusted_proxies(env.get("PLANTS_TRUSTED_PROXIES", ""))
+        # The Host its own probes send (deploy/probe.py): one the app allows, whatever clients use.
+        self.probe_host = probe_host(env.get("DJANGO_ALLOWED_HOSTS", ""))
         host, _, port = listen.rpartition(":")
         self.port = int(port)
         self.url = f"http://{'127.0.0.1' if host in ('', '0.0.0.0', '*') else host}:{self.port}"
@@ -170,9 +184,7 @@ class Unit:
 
     def nginx_conf(self, name: str = "nginx.conf") -> Path:
         """nginx's config for this unit, in front of the app server now serving, as `name` in its folder."""
-        return render_nginx_conf(
-            self.run_dir, f"unix:{self.socket_path}", self.listen, self.proxies, self.nginx_edit, name
-        )
+        return render_nginx_conf(self.run_dir, f"unix:{self.socket_path}", self.listen, self.env, self.nginx_edit, name)
 
     def app_env(self) -> dict:
         return {
@@ -213,7 +225,7 @@ class Unit:
         def ready() -> bool:
             if not self.app.running():
                 raise RuntimeError(f"{self.name}: the app server exited ({self.app.process.returncode})")
-            return http_status(f"{self.url}/healthz") == expect_health
+            return http_status(f"{self.url}/healthz", host=self.probe_host) == expect_health
 
         try:
             wait_until(ready, self.nginx.process, timeout, f"{self.name} on {self.url}")
@@ -249,7 +261,7 @@ class Unit:
         try:
             new_app = self.launch_app()
             # Django imports the URLs and views at the first request: one proves they load.
-            livez = http_status(f"{self.url}/livez", timeout=30, unix_socket=self.socket_path)
+            livez = http_status(f"{self.url}/livez", timeout=30, unix_socket=self.socket_path, host=self.probe_host)
             if livez != 200:
                 raise RuntimeError(f"{self.name}: the new app server answered /livez with {livez}")
             conf = self.nginx_conf("next.conf")

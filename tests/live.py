@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
+from functools import partial
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
@@ -36,15 +37,74 @@ def database_url(settings_dict: dict) -> str:
     return f"postgres://{user}{password}@{host}{port}/{settings_dict['NAME']}"
 
 
-def request(url: str, body=None, token: str | None = None, method: str | None = None, timeout: float = 10):
-    """(status, headers, text) of one request; status None when the connection failed."""
-    headers = {"Content-Type": "application/json"}
+def production_settings(**replaced: str) -> dict:
+    """.env.example's settings, as an operator deploys them, with `replaced` in place of its own
+    (the secrets, the database, the listener, the trusted proxy: what every deployment sets itself);
+    a value of None drops the setting."""
+    settings = {}
+    for line in (ROOT / ".env.example").read_text().splitlines():
+        name, equals, value = line.partition("=")
+        if equals and not name.startswith("#"):
+            settings[name.strip()] = value.strip()
+    settings.update(replaced)
+    return {name: value for name, value in settings.items() if value is not None}
+
+
+# The public host name of every live unit: .env.example's, as an operator deploys it (never
+# looked up: the tests connect to loopback addresses and name it in the Host header).
+PUBLIC_HOST = production_settings()["DJANGO_ALLOWED_HOSTS"].split(",")[0]
+# Where the TLS proxy in front of a unit connects from (its PLANTS_TRUSTED_PROXIES): the tests send
+# their requests from there, with the headers it adds to each, as production's requests arrive.
+TLS_PROXY_ADDRESS = "127.0.0.10"
+PROXY_HEADERS = {"Host": PUBLIC_HOST, "X-Forwarded-Proto": "https", "X-Forwarded-For": "127.0.0.1"}
+
+
+class ProxiedConnection(http.client.HTTPConnection):
+    """An HTTP connection whose every request carries `headers` (a request's own win)."""
+
+    def __init__(self, headers: dict, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.headers = headers
+
+    def request(self, method, url, body=None, headers=None, **kwargs):
+        super().request(method, url, body, {**self.headers, **(headers or {})}, **kwargs)
+
+
+class ProxiedTlsConnection(ProxiedConnection, http.client.HTTPSConnection):
+    """The same over TLS."""
+
+
+def connection_as_tls_proxy(port: int, timeout: float = 10) -> ProxiedConnection:
+    """A connection to a unit on `port` that sends requests as the TLS proxy sends a client's on."""
+    return ProxiedConnection(PROXY_HEADERS, "127.0.0.1", port, timeout=timeout, source_address=(TLS_PROXY_ADDRESS, 0))
+
+
+class FromTlsProxy(urllib.request.HTTPHandler):
+    """urllib's http:// connections made from TLS_PROXY_ADDRESS."""
+
+    def http_open(self, req):
+        return self.do_open(partial(http.client.HTTPConnection, source_address=(TLS_PROXY_ADDRESS, 0)), req)
+
+
+AS_TLS_PROXY = urllib.request.build_opener(FromTlsProxy)
+
+
+def request(
+    url: str, body=None, token: str | None = None, method: str | None = None, timeout: float = 10, **headers: str
+):
+    """(status, headers, text) of one request, sent as the TLS proxy sends a client's on, with
+    `headers` (underscores for dashes) in place of its own; status None when the connection failed."""
+    headers = {
+        **PROXY_HEADERS,
+        "Content-Type": "application/json",
+        **{k.replace("_", "-"): v for k, v in headers.items()},
+    }
     if token:
         headers["Authorization"] = f"Bearer {token}"
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, headers=headers, method=method)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as response:
+        with AS_TLS_PROXY.open(req, timeout=timeout) as response:
             return response.status, response.headers, response.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.headers, error.read().decode()
@@ -130,21 +190,30 @@ class Load:
 def wait_until_healthy(
     url: str, process: subprocess.Popen, timeout: float, expected: int = 200, path: str = "/healthz"
 ) -> bool:
-    """Poll `url` + `path` until it answers `expected`; False if `process` exits or time runs out."""
+    """Poll `url` + `path` (with the public host name) until it answers `expected`; False if
+    `process` exits or time runs out."""
     try:
-        wait_until(lambda: http_status(f"{url}{path}") == expected, process, timeout, url)
+        wait_until(lambda: http_status(f"{url}{path}", host=PUBLIC_HOST) == expected, process, timeout, url)
     except RuntimeError:
         return False
     return True
 
 
-# A live server's settings in the tests, unless a test says otherwise: production settings with
-# debug off, no rate limit, 2 worker processes of 4 threads.
+# .env.example's settings with only what every deployment replaces replaced: the secrets, the
+# trusted proxy (the tests' TLS proxy); the database and the listener are each test's own.
+DEPLOYED_SETTINGS = production_settings(
+    DJANGO_SETTINGS_MODULE="plantstore_site.settings",
+    DJANGO_SECRET_KEY="live-test-secret-key-" + "x" * 40,
+    PLANTS_METRICS_TOKEN="live-test-metrics-token-" + "y" * 16,
+    PLANTS_TRUSTED_PROXIES=TLS_PROXY_ADDRESS,
+    DATABASE_URL=None,
+    PLANTS_LISTEN=None,
+)
+# A live server's settings in the tests, unless a test says otherwise: those (debug off, the
+# public host name alone allowed, HTTPS redirect behind the TLS proxy's header), with no rate
+# limit, 2 worker processes of 4 threads.
 LIVE_SETTINGS = {
-    "DJANGO_SETTINGS_MODULE": "plantstore_site.settings",
-    "DJANGO_DEBUG": "0",
-    "DJANGO_SECRET_KEY": "live-test-secret-key-" + "x" * 40,
-    "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
+    **DEPLOYED_SETTINGS,
     "PLANTS_THROTTLE_RATE": "",
     "APP_PROCESSES": "2",
     "APP_THREADS": "4",
@@ -268,13 +337,12 @@ class MakeServe:
         self.terminal = terminal
         self.env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "APP_", "PLANTS_"))},
+            **LIVE_SETTINGS,
             "DATABASE_URL": f"sqlite:///{self.database}",
             "DJANGO_SECRET_KEY": "serve-test-secret-key-" + "x" * 40,
             "DJANGO_STATIC_ROOT": str(work_dir / "static"),
-            "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
-            "PLANTS_THROTTLE_RATE": "",
+            "PLANTS_LISTEN": f"127.0.0.1:{self.port}",
             "PORT": str(self.port),
-            "APP_PROCESSES": "2",
             **env,
         }
         self.process: subprocess.Popen | None = None

@@ -13,7 +13,7 @@ import pytest
 
 from deploy.processes import free_port
 from tests.containers import Podman
-from tests.live import Load, request, wait_until_healthy
+from tests.live import PUBLIC_HOST, Load, request, wait_until_healthy
 
 pytestmark = [pytest.mark.live, pytest.mark.container]
 
@@ -42,7 +42,8 @@ class Container:
     def __init__(self, podman: Podman, image: str, name: str, **env: str):
         self.podman, self.image, self.name = podman, image, f"{podman.project}-{name}"
         self.volume = f"{self.name}-data"
-        self.env = {"DJANGO_SECRET_KEY": SECRET_KEY, "DJANGO_ALLOWED_HOSTS": "127.0.0.1", **env}
+        # As docs/deploying.md runs it: the secret key and the public host name, nothing else.
+        self.env = {"DJANGO_SECRET_KEY": SECRET_KEY, "DJANGO_ALLOWED_HOSTS": PUBLIC_HOST, **env}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
 
@@ -87,6 +88,7 @@ def test_the_container_answers_the_contract_with_a_token_issued_in_it(container)
     anonymous = request(f"{container.url}/plants", {"id": 2, "name": "Fern"})
     health = request(f"{container.url}/healthz")
     stylesheet = request(f"{container.url}/static/admin/css/base.css")
+    other_host = request(f"{container.url}/healthz", Host="127.0.0.1")
 
     assert (created[0], json.loads(created[2])) == (200, {"id": 1, "name": "Monstera"})
     assert (duplicate[0], json.loads(duplicate[2])["error"]) == (400, 40003)
@@ -96,6 +98,7 @@ def test_the_container_answers_the_contract_with_a_token_issued_in_it(container)
     )
     assert (health[0], json.loads(health[2]), health[1]["Server"]) == (200, {"status": "ok"}, "nginx")
     assert (stylesheet[0], stylesheet[1]["Content-Type"].split(";")[0]) == (200, "text/css")
+    assert (other_host[0], json.loads(other_host[2])["error"]) == (400, 40000)
     assert container.stored_ids() == {1}
 
 
@@ -116,6 +119,7 @@ def test_the_image_declares_its_port_user_stop_signal_and_a_health_check_that_pa
         "SIGTERM",
     )
     assert "/healthz" in " ".join(inspected["Healthcheck"]["Test"])
+    # With only the public host name allowed (container.env), as the docs run it.
     assert podman("healthcheck", "run", container.name, check=False).returncode == 0
     assert not [line for line in config["Env"] if line.startswith(("DJANGO_SECRET_KEY", "PIP_", "SSL_CERT"))]
 
@@ -164,6 +168,7 @@ def compose(podman, image):
         "BASE": podman.base,
         "DJANGO_SECRET_KEY": SECRET_KEY,
         "POSTGRES_PASSWORD": "compose-test-" + os.urandom(8).hex(),
+        "DJANGO_ALLOWED_HOSTS": PUBLIC_HOST,
         "PLANTS_LISTEN": f"127.0.0.1:{port}",
     }
     podman.compose("up", "-d", env=env)
@@ -185,7 +190,9 @@ def front_reaches_both_apps(podman, url: str, timeout: float) -> bool:
     apps = [f"{podman.project}-compose_{app}_1" for app in ("app1", "app2")]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        probe = urllib.request.Request(f"{url}/healthz", headers={"X-Request-ID": f"probe-{os.urandom(4).hex()}"})
+        probe = urllib.request.Request(
+            f"{url}/healthz", headers={"Host": PUBLIC_HOST, "X-Request-ID": f"probe-{os.urandom(4).hex()}"}
+        )
         with contextlib.suppress(OSError):
             urllib.request.urlopen(probe, timeout=5).close()
         logs = [podman("logs", app) for app in apps]

@@ -23,7 +23,6 @@ from tests.topologies import (
     CLUSTER,
     SERVE,
     TLS,
-    TLS_PROXY_ADDRESS,
     TlsProxy,
     running_cluster,
     topology_of_cluster,
@@ -69,7 +68,7 @@ def tls_topology(work_dir):
     """make serve behind a TLS-terminating proxy, as README's Deploying says: the unit believes the
     X-Forwarded-For of the proxy's one address, and no one else's."""
     (work_dir / "tls").mkdir()
-    served = MakeServe(work_dir / "tls", PLANTS_TRUSTED_PROXIES=TLS_PROXY_ADDRESS).start()
+    served = MakeServe(work_dir / "tls").start()
     try:
         proxy = TlsProxy(served.port).start()
     except BaseException:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from deploy.processes import children, wait_until
-from tests.live import Load, MakeServe, live_unit, request, wait_for_exit
+from tests.live import DEPLOYED_SETTINGS, PUBLIC_HOST, Load, MakeServe, live_unit, request, wait_for_exit
 
 # make serve on a SQLite file of its own (tests/live.py: MakeServe), or on no reachable database.
 pytestmark = [pytest.mark.live, pytest.mark.own_database]
@@ -59,27 +59,33 @@ def test_trace_is_refused_by_nginx_with_an_error_body_and_the_allowed_methods(se
     ]
 
 
-def test_forwarded_proto_is_believed_only_from_a_trusted_proxy(tmp_path):
-    server = MakeServe(
-        tmp_path,
-        DJANGO_SECURE_SSL_REDIRECT="1",
-        DJANGO_SECURE_PROXY_SSL_HEADER="HTTP_X_FORWARDED_PROTO",
-        PLANTS_TRUSTED_PROXIES="127.0.0.10",
-    ).start()
+def test_with_env_example_s_settings_it_is_ready_serves_the_tls_proxy_s_requests_and_reloads(tmp_path):
+    # .env.example as an operator deploys it: only the secrets, the database, the listener and the
+    # trusted proxy replaced (DEPLOYED_SETTINGS and MakeServe's own); its rate limit, its workers.
+    server = MakeServe(tmp_path, **DEPLOYED_SETTINGS).start()
     try:
-        answers = {}
-        for source in ("127.0.0.10", "127.0.0.2"):  # the TLS proxy; a client claiming HTTPS itself
-            connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10, source_address=(source, 0))
-            connection.request("GET", "/openapi.json", headers={"X-Forwarded-Proto": "https"})
-            response = connection.getresponse()
-            answers[source] = (response.status, response.getheader("Location"))
-            connection.close()
-        health = request(f"{server.url}/healthz")  # a load balancer's check, over plain HTTP
+        token = server.token()
+        created = request(f"{server.url}/plants", {"id": 1, "name": "Monstera"}, token)
+        other_host = request(f"{server.url}/plants", {"id": 2, "name": "Fern"}, token, Host="127.0.0.1")
+        # A client that reaches nginx itself, not through the TLS proxy, claiming HTTPS.
+        direct = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10, source_address=("127.0.0.2", 0))
+        direct.request("GET", "/openapi.json", headers={"Host": PUBLIC_HOST, "X-Forwarded-Proto": "https"})
+        redirected = direct.getresponse()
+        direct.close()
+        with Load(f"{server.url}/plants", token, clients=2, limit=200, first_id=100) as load:
+            load.wait_for(20)
+            os.kill(server.pid_of(b"deploy/serve.py"), signal.SIGHUP)
+            wait_until(lambda: "serve: reloaded" in server.log(), server.process, 60, "the reload")
+            load.wait_for(200)
     finally:
         server.stop()
 
-    assert answers == {"127.0.0.10": (200, None), "127.0.0.2": (301, f"https://127.0.0.1:{server.port}/openapi.json")}
-    assert health[0] == 200
+    assert "serve: nginx on" in server.log()  # its ready line
+    assert (created[0], json.loads(created[2])) == (200, {"id": 1, "name": "Monstera"})
+    assert (other_host[0], json.loads(other_host[2])) == (400, {"error": 40000, "message": "Bad request."})
+    assert (redirected.status, redirected.getheader("Location")) == (301, f"https://{PUBLIC_HOST}/openapi.json")
+    assert [status for _, status, *_ in load.answers] == [200] * 200
+    assert server.stored_ids() == {1, *range(100, 300)}
 
 
 def test_only_nginx_s_workers_may_open_the_app_server_s_socket(served):

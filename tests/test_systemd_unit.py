@@ -3,7 +3,6 @@ line, started with its environment as an unprivileged user, serves with no proce
 without a failed request, stops, and counts on from its runtime directory after a restart."""
 
 import hashlib
-import http.client
 import json
 import os
 import pwd
@@ -21,7 +20,15 @@ from pathlib import Path
 import pytest
 
 from deploy.processes import ROOT, children, descendants, free_port, http_status, wait_until
-from tests.live import Load, request, wait_for_app_workers, wait_for_exit
+from tests.live import (
+    DEPLOYED_SETTINGS,
+    PUBLIC_HOST,
+    Load,
+    connection_as_tls_proxy,
+    request,
+    wait_for_app_workers,
+    wait_for_exit,
+)
 
 UNIT_FILE = ROOT / "deploy" / "plantstore.service"
 # The paths the unit names, where the README installs it; a test puts its own in their place.
@@ -145,15 +152,16 @@ class InstalledService:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env_file = env_file = work_dir / "plantstore.env"
-        env_file.write_text(
-            f"DJANGO_SECRET_KEY=systemd-test-secret-key-{'x' * 40}\n"
-            f"DATABASE_URL=sqlite:///{self.state_dir}/db.sqlite3\n"
-            "DJANGO_ALLOWED_HOSTS=127.0.0.1\n"
-            f"DJANGO_STATIC_ROOT={work_dir}/static\n"
-            f"PLANTS_THROTTLE_RATE={RATE}/day\n"
-            f"PLANTS_LISTEN=127.0.0.1:{self.port}\n"
-            "APP_PROCESSES=2\n"
-        )
+        # .env.example copied to the unit's EnvironmentFile= and edited, as docs/deploying.md says.
+        settings = {
+            **DEPLOYED_SETTINGS,
+            "DJANGO_SECRET_KEY": f"systemd-test-secret-key-{'x' * 40}",
+            "DATABASE_URL": f"sqlite:///{self.state_dir}/db.sqlite3",
+            "DJANGO_STATIC_ROOT": f"{work_dir}/static",
+            "PLANTS_THROTTLE_RATE": f"{RATE}/day",
+            "PLANTS_LISTEN": f"127.0.0.1:{self.port}",
+        }
+        env_file.write_text("".join(f"{name}={value}\n" for name, value in settings.items()))
         env_file.chmod(0o600)
         paths = {
             INSTALL: str(install),
@@ -277,7 +285,7 @@ class InstalledService:
         except RuntimeError as error:
             self.stop()
             raise RuntimeError(f"the unit's ExecStart did not come up: {error}\n{self.log()}") from None
-        self.health_when_ready = http_status(f"{self.url}/healthz")
+        self.health_when_ready = http_status(f"{self.url}/healthz", host=PUBLIC_HOST)
         wait_for_app_workers(self.log, self.process)
         return self
 
@@ -452,7 +460,7 @@ def test_with_opentelemetry_on_its_workers_export_spans_in_the_caller_s_trace_fr
     trace_id = os.urandom(16).hex()
     service.configure(OTEL_TRACES_EXPORTER="otlp_json_file", OTEL_BSP_SCHEDULE_DELAY="50").start()
     token = service.token()
-    connection = http.client.HTTPConnection("127.0.0.1", service.port, timeout=10)
+    connection = connection_as_tls_proxy(service.port)
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     connection.request(
         "POST", "/plants", '{"id": 1, "name": "Fern"}', {**headers, "traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"}

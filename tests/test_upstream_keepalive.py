@@ -143,7 +143,7 @@ def nginx_in_front():
         run_dir.chmod(0o755)  # nginx's workers (nobody, when started as root) use its temp folders
         port = free_port()
         edit = http_upstream(keepalive=True, idle_s=nginx_idle_s)
-        conf = render_nginx_conf(run_dir, f"127.0.0.1:{upstream.port}", f"127.0.0.1:{port}", [], edit)
+        conf = render_nginx_conf(run_dir, f"127.0.0.1:{upstream.port}", f"127.0.0.1:{port}", {}, edit)
         nginx = ServerProcess("nginx", nginx_command(run_dir, conf), dict(os.environ), run_dir / "nginx.log")
         started.append((upstream, nginx, run_dir))
         nginx.launch()
@@ -221,12 +221,14 @@ def haproxy_keep_alive_s(config: str) -> float:
 
 def nginx_upstream_idle_s(tmp_path: Path) -> int:
     """The upstream keepalive_timeout the cluster's front renders (deploy/cluster.py: Front)."""
-    conf = render_nginx_conf(tmp_path, "127.0.0.1:1", "127.0.0.1:2", [], http_upstream(keepalive=True))
+    conf = render_nginx_conf(tmp_path, "127.0.0.1:1", "127.0.0.1:2", {}, http_upstream(keepalive=True))
     return int(re.search(r"(?s)upstream app \{[^}]*keepalive_timeout (\d+)s;", conf.read_text()).group(1))
 
 
 def test_haproxy_keeps_an_idle_connection_from_the_front_open_longer_than_the_front_does(tmp_path):
-    haproxy = HAProxy(free_port(), [], tmp_path)  # renders deploy/cluster/haproxy.cfg; starts nothing
+    haproxy = HAProxy(
+        free_port(), [], tmp_path, "plants.example.com"
+    )  # renders deploy/cluster/haproxy.cfg; starts nothing
     template = (ROOT / "deploy" / "cluster" / "haproxy.cfg").read_text()
 
     assert re.search(r"(?m)^\s*timeout http-keep-alive ", template), "set it explicitly, above the front's"
@@ -235,7 +237,7 @@ def test_haproxy_keeps_an_idle_connection_from_the_front_open_longer_than_the_fr
 
 def unit_nginx_conf(tmp_path: Path) -> str:
     """The nginx config every production unit renders (deploy/unit.py: Unit), in front of its socket."""
-    return render_nginx_conf(tmp_path, "unix:/run/app.sock", "127.0.0.1:2", []).read_text()
+    return render_nginx_conf(tmp_path, "unix:/run/app.sock", "127.0.0.1:2", {}).read_text()
 
 
 def granian_option(name: str) -> int:

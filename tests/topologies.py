@@ -17,7 +17,15 @@ from django.core.management import call_command
 
 from deploy.cluster import Cluster
 from deploy.processes import ROOT, ServerProcess, free_port, wait_until
-from tests.live import MakeServe, live_cluster
+from tests.live import (
+    PROXY_HEADERS,
+    PUBLIC_HOST,
+    TLS_PROXY_ADDRESS,
+    MakeServe,
+    ProxiedConnection,
+    ProxiedTlsConnection,
+    live_cluster,
+)
 
 VENV = Path(sys.executable).parent.parent
 # The topologies as parameters of a module's fixture: make cluster runs on the test database
@@ -26,9 +34,6 @@ VENV = Path(sys.executable).parent.parent
 CLUSTER = pytest.param("cluster", marks=[pytest.mark.postgres, pytest.mark.django_db])
 SERVE = pytest.param("serve", marks=pytest.mark.own_database)
 TLS = pytest.param("tls", marks=pytest.mark.own_database)
-# Where the TLS proxy connects to `make serve` from: its one address, the unit's PLANTS_TRUSTED_PROXIES.
-TLS_PROXY_ADDRESS = "127.0.0.10"
-
 
 TLS_PROXY_CONFIG = """\
 global
@@ -77,7 +82,7 @@ class TlsProxy:
     def answers(self) -> bool:
         connection = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=2, context=self.ssl_context)
         try:
-            connection.request("GET", "/healthz")
+            connection.request("GET", "/healthz", headers={"Host": PUBLIC_HOST})
             return connection.getresponse().status == 200
         except (OSError, http.client.HTTPException):
             return False
@@ -117,12 +122,22 @@ class Topology:
         return done.stdout.strip()
 
     def connection(self, source: str = "127.0.0.1", timeout: float = 10) -> http.client.HTTPConnection:
-        """A client connection from the loopback address `source`."""
+        """A client at the loopback address `source` sending requests to the public host name: through
+        the TLS proxy, or, where the topology has none, as the TLS proxy sends them on (from its
+        address, with its headers, naming `source` as the client)."""
         if self.ssl_context:
-            return http.client.HTTPSConnection(
-                "127.0.0.1", self.port, timeout=timeout, source_address=(source, 0), context=self.ssl_context
+            return ProxiedTlsConnection(
+                {"Host": PUBLIC_HOST},
+                "127.0.0.1",
+                self.port,
+                timeout=timeout,
+                source_address=(source, 0),
+                context=self.ssl_context,
             )
-        return http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout, source_address=(source, 0))
+        headers = {**PROXY_HEADERS, "X-Forwarded-For": source}
+        return ProxiedConnection(
+            headers, "127.0.0.1", self.port, timeout=timeout, source_address=(TLS_PROXY_ADDRESS, 0)
+        )
 
     def log(self) -> str:
         return "".join(self._logs())
