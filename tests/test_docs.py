@@ -1,5 +1,6 @@
 """The docs hold together: links and anchors resolve, the configuration reference matches the code,
-the make targets named exist, the metrics queried exist, and the front pages stay within their budgets."""
+the make targets named exist and docs/development.md lists them all, the metrics queried exist, and
+the front pages stay within their budgets."""
 
 import re
 import unicodedata
@@ -111,6 +112,15 @@ def test_every_make_target_the_docs_name_exists():
     named = {name for page in PAGES for name in re.findall(r"`make ([a-z][a-z0-9-]*)", page.read_text())}
 
     assert named - targets == set(), f"make targets the docs name that the Makefile lacks: {sorted(named - targets)}"
+
+
+def test_development_page_lists_every_target_make_help_lists():
+    makefile, page = (ROOT / "Makefile").read_text(), (ROOT / "docs" / "development.md").read_text()
+    described = set(re.findall(r"^([a-z][a-z0-9-]*):.*## ", makefile, re.MULTILINE))
+    section = page[page.index("## Make targets") :].split("\n## ", 1)[0]
+    listed = set(re.findall(r"`([a-z][a-z0-9-]*)`", section))
+
+    assert described - listed == set(), f"docs/development.md's Make targets lacks: {sorted(described - listed)}"
 
 
 def metric_names_queried(page: Path) -> set[str]:
