@@ -17,14 +17,16 @@ LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
 HEADING = re.compile(r"^#{1,6} +(.+?) *$", re.MULTILINE)
 # How the code reads a variable: os.environ.get("X"), environ["X"], env.int("X"), env_bool("X"),
-# setting(env, "X") in Python; ${X:-default} in the shell scripts.
+# setting(env, "X") in Python, and os.environ.setdefault("X", ...), which gives a library's variable
+# our default; ${X:-default} in the shell scripts.
 PYTHON_READ = re.compile(
-    r"""(?:environ\.get|environ\.pop|getenv|env\.(?:str|bool|int|list|get)|env_bool|setting\(env,)\(?\s*"([A-Z][A-Z0-9_]+)"|"""
+    r"""(?:environ\.get|environ\.pop|environ\.setdefault|getenv|env\.(?:str|bool|int|list|get)|env_bool|setting\(env,)\(?\s*"([A-Z][A-Z0-9_]+)"|"""
     r"""environ\["([A-Z][A-Z0-9_]+)"\]"""
 )
 SHELL_READ = re.compile(r"\$\{([A-Z][A-Z0-9_]+)(?::-|-|:=)")
-# The shell's and the system's own, which scripts read but nobody configures for this service.
-SYSTEM_VARIABLES = {"TERM", "TMPDIR", "PATH", "HOME"}
+# The shell's, the system's and Django's own, which the code reads but nobody configures for this
+# service (wsgi.py names its settings module as Django's project template does).
+SYSTEM_VARIABLES = {"TERM", "TMPDIR", "PATH", "HOME", "DJANGO_SETTINGS_MODULE"}
 PROMQL_BLOCK = re.compile(r"^```promql\n(.*?)^```", re.MULTILINE | re.DOTALL)
 # What in a PromQL expression is not a metric name: comments, strings, label matchers, ranges, and
 # the label lists of by, without, on, ignoring and group_left/right. Of what is left, a name followed
