@@ -110,7 +110,7 @@ coverage: $(VENV)/.dev ## branch coverage of plants/ by the suites run since cov
 test-contract: $(VENV)/.dev system-packages ## schemathesis against a live production unit on a throwaway PostgreSQL, using /openapi.json
 	scripts/with-postgres $(PYTHON) scripts/contract_test.py
 
-# The venv an operator makes in /opt/plantstore (README, "Installing it as a systemd service"): Debian's
+# The venv an operator makes in /opt/plantstore (docs/deploying.md, "Installing it as a systemd service"): Debian's
 # python3, which the unit's unprivileged user can run (a pyenv or home-directory python it may not reach).
 # tests/test_systemd_unit.py starts the unit's command with it.
 SYSTEM_PYTHON ?= /usr/bin/python3
