@@ -43,13 +43,13 @@ run: $(VENV)/.runtime ## set up .venv, migrate, and serve on 127.0.0.1:$PORT (de
 check: lint $(VENV)/.dev ## the inner loop (about 13 s warm): lint, then every test that starts no server process, on SQLite
 	env -u DATABASE_URL $(VENV)/bin/pytest -m "not live" -q -p no:cacheprovider $(PYTEST_ARGS)
 
-serve: $(VENV)/.runtime ## production path: migrate, collectstatic, one production unit: nginx in front of Granian (HUP reloads; needs DJANGO_SECRET_KEY; DATABASE_URL)
+serve: $(VENV)/.runtime ## production path: migrate, collectstatic, one production unit: nginx on PLANTS_LISTEN, else 127.0.0.1:$PORT (8000), in front of Granian (HUP reloads; needs DJANGO_SECRET_KEY; DATABASE_URL)
 	scripts/debian-packages nginx
 	$(PYTHON) manage.py migrate --no-input
 	$(PYTHON) manage.py collectstatic --no-input -v 0
 	exec $(PYTHON) deploy/serve.py
 
-cluster: $(VENV)/.runtime ## production's topology on one machine: HAProxy on $PORT, 2 production units (nginx, Granian), a PostgreSQL primary and standby (pg_auto_failover), Redis (HUP: rolling restart; Ctrl-C stops all)
+cluster: $(VENV)/.runtime ## production's topology on one machine: the front (nginx) on 127.0.0.1:$PORT (8000), HAProxy behind it, 2 production units (nginx, Granian), a PostgreSQL primary and standby (pg_auto_failover), Redis (HUP: rolling restart; Ctrl-C stops all)
 	scripts/debian-packages postgresql redis-server haproxy nginx
 	scripts/debian-packages $(FAILOVER_PACKAGES)
 	PORT=$(PORT) $(PYTHON) scripts/cluster
@@ -110,7 +110,7 @@ coverage: $(VENV)/.dev ## branch coverage of plants/ by the suites run since cov
 test-contract: $(VENV)/.dev system-packages ## schemathesis against a live production unit on a throwaway PostgreSQL, using /openapi.json
 	scripts/with-postgres $(PYTHON) scripts/contract_test.py
 
-# The venv an operator makes in /opt/plantstore (README, "Installing it as a systemd service"): Debian's
+# The venv an operator makes in /opt/plantstore (docs/deploying.md, "Installing it as a systemd service"): Debian's
 # python3, which the unit's unprivileged user can run (a pyenv or home-directory python it may not reach).
 # tests/test_systemd_unit.py starts the unit's command with it.
 SYSTEM_PYTHON ?= /usr/bin/python3
@@ -146,7 +146,7 @@ profile: $(VENV)/.dev ## profile POST /plants under load with py-spy: writes ben
 	scripts/debian-packages postgresql wrk
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} scripts/with-postgres $(PYTHON) -m bench.profile
 
-bench-cluster: $(VENV)/.dev ## creates/s through make cluster's HAProxy with one and with two app servers (wrk), on one PostgreSQL and on the failover pair
+bench-cluster: $(VENV)/.dev ## creates/s through make cluster's front (nginx) and HAProxy with one and with two app servers (wrk), on one PostgreSQL and on the failover pair
 	scripts/debian-packages postgresql pgbouncer redis-server haproxy wrk
 	scripts/debian-packages $(FAILOVER_PACKAGES)
 	scripts/with-postgres $(PYTHON) -m bench.cluster

@@ -32,7 +32,7 @@ NGINX_WORKER_USER, NGINX_WORKER_GROUP = "nobody", "nogroup"
 # its 502 (our 503) (tests/test_upstream_keepalive.py).
 UPSTREAM_IDLE_S = 4
 # How long nginx waits for the app's answer before it answers 503 itself: a unit's (the request's
-# thread is not reclaimed: README, Operating it); the cluster's front waits longer (deploy/cluster.py).
+# thread is not reclaimed: docs/operating.md, Running it); the cluster's front waits longer (deploy/cluster.py).
 READ_TIMEOUT_S = 30
 # How long a stopping nginx worker (a stop, or the old one at a reload) may finish what it holds
 # before it closes the rest (nginx's worker_shutdown_timeout): above READ_TIMEOUT_S, under the 40 s

@@ -185,8 +185,8 @@ if proxy_header := env.str("DJANGO_SECURE_PROXY_SSL_HEADER", default=""):
 PLANTS_MAX_BODY_BYTES = env.int("PLANTS_MAX_BODY_BYTES", default=4096)
 # Requests per token per window, as DRF reads a rate (checked at start-up by plants.throttling).
 PLANTS_THROTTLE_RATE = env.str("PLANTS_THROTTLE_RATE", default="600/minute")  # empty: no throttle
-# The counters' store: Redis when set (every server shares the limit), through Django's cache
-# framework; else the database itself counts (plants/rate_stores.py).
+# The counters' store: Redis when set, through Django's cache framework; else the database itself
+# counts (plants/rate_stores.py). Either is shared by every server that uses it.
 REDIS_URL = env.str("REDIS_URL", default="")
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 if REDIS_URL:

@@ -1,11 +1,13 @@
 """The docs hold together: links and anchors resolve, the configuration reference matches the code,
-the make targets named exist, and the front pages stay within their budgets."""
+the make targets named exist and docs/development.md lists them all, the metrics queried exist, and
+the front pages stay within their budgets."""
 
 import re
 import unicodedata
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", ROOT / "BENCHMARKS.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -15,14 +17,27 @@ LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
 HEADING = re.compile(r"^#{1,6} +(.+?) *$", re.MULTILINE)
 # How the code reads a variable: os.environ.get("X"), environ["X"], env.int("X"), env_bool("X"),
-# setting(env, "X") in Python; ${X:-default} in the shell scripts.
+# setting(env, "X") in Python, and os.environ.setdefault("X", ...), which gives a library's variable
+# our default; ${X:-default} in the shell scripts.
 PYTHON_READ = re.compile(
-    r"""(?:environ\.get|environ\.pop|getenv|env\.(?:str|bool|int|list|get)|env_bool|setting\(env,)\(?\s*"([A-Z][A-Z0-9_]+)"|"""
+    r"""(?:environ\.get|environ\.pop|environ\.setdefault|getenv|env\.(?:str|bool|int|list|get)|env_bool|setting\(env,)\(?\s*"([A-Z][A-Z0-9_]+)"|"""
     r"""environ\["([A-Z][A-Z0-9_]+)"\]"""
 )
 SHELL_READ = re.compile(r"\$\{([A-Z][A-Z0-9_]+)(?::-|-|:=)")
-# The shell's and the system's own, which scripts read but nobody configures for this service.
-SYSTEM_VARIABLES = {"TERM", "TMPDIR", "PATH", "HOME"}
+# The shell's, the system's and Django's own, which the code reads but nobody configures for this
+# service (wsgi.py names its settings module as Django's project template does).
+SYSTEM_VARIABLES = {"TERM", "TMPDIR", "PATH", "HOME", "DJANGO_SETTINGS_MODULE"}
+PROMQL_BLOCK = re.compile(r"^```promql\n(.*?)^```", re.MULTILINE | re.DOTALL)
+# What in a PromQL expression is not a metric name: comments, strings, label matchers, ranges, and
+# the label lists of by, without, on, ignoring and group_left/right. Of what is left, a name followed
+# by "(" is a function or an aggregation, and a few words are operators.
+PROMQL_NOT_NAMES = re.compile(
+    r"""#.*|"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|\{[^}]*\}|\[[^\]]*\]"""
+    r"|\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)"
+)
+PROMQL_NAME = re.compile(r"(?<![\w.:])[a-zA-Z_:][\w:]*\b(?!\s*\()")
+PROMQL_OPERATORS = {"and", "or", "unless", "offset", "bool", "inf", "nan"}
+METRICS_TOKEN = "docs-" + "m" * 40
 
 
 def text_outside_code(page: Path) -> str:
@@ -99,6 +114,41 @@ def test_every_make_target_the_docs_name_exists():
     named = {name for page in PAGES for name in re.findall(r"`make ([a-z][a-z0-9-]*)", page.read_text())}
 
     assert named - targets == set(), f"make targets the docs name that the Makefile lacks: {sorted(named - targets)}"
+
+
+def test_development_page_lists_every_target_make_help_lists():
+    makefile, page = (ROOT / "Makefile").read_text(), (ROOT / "docs" / "development.md").read_text()
+    described = set(re.findall(r"^([a-z][a-z0-9-]*):.*## ", makefile, re.MULTILINE))
+    section = page[page.index("## Make targets") :].split("\n## ", 1)[0]
+    listed = set(re.findall(r"`([a-z][a-z0-9-]*)`", section))
+
+    assert described - listed == set(), f"docs/development.md's Make targets lacks: {sorted(described - listed)}"
+
+
+def metric_names_queried(page: Path) -> set[str]:
+    queries = "\n".join(PROMQL_BLOCK.findall(page.read_text()))
+    return set(PROMQL_NAME.findall(PROMQL_NOT_NAMES.sub(" ", queries))) - PROMQL_OPERATORS
+
+
+@pytest.fixture
+def exposed_metric_names(client, settings) -> set[str]:
+    """The series names the service's /metrics answers with, once a request has been counted."""
+    settings.PLANTS_METRICS_TOKEN = METRICS_TOKEN
+    client.get("/livez")
+    response = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {METRICS_TOKEN}")
+    assert response.status_code == 200
+    samples = {sample.name for family in text_string_to_metric_families(response.text) for sample in family.samples}
+    # In process, the registry also holds the process' own process_* and python_* metrics and each
+    # counter's _created; production's /metrics, prometheus-client's multiprocess collector, has none.
+    return {name for name in samples if name.startswith("plants_") and not name.endswith("_created")}
+
+
+def test_every_metric_the_docs_query_is_one_the_service_exposes(exposed_metric_names):
+    queried = {name: page for page in PAGES for name in metric_names_queried(page)}
+    unknown = {name: str(page.relative_to(ROOT)) for name, page in queried.items() if name not in exposed_metric_names}
+
+    assert queried, "no ```promql block found in the docs: this test checks nothing"
+    assert unknown == {}, f"queried in the docs but not exposed by /metrics: {unknown}"
 
 
 @pytest.mark.parametrize("page", ["README.md", "BENCHMARKS.md"])

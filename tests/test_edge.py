@@ -65,7 +65,7 @@ def topology(request):
 
 @pytest.fixture(scope="module")
 def tls_topology(work_dir):
-    """make serve behind a TLS-terminating proxy, as README's Deploying says: the unit believes the
+    """make serve behind a TLS-terminating proxy, as docs/deploying.md says: the unit believes the
     X-Forwarded-For of the proxy's one address, and no one else's."""
     (work_dir / "tls").mkdir()
     served = MakeServe(work_dir / "tls").start()

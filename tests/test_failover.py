@@ -25,7 +25,7 @@ from tests.live import LIVE_SETTINGS, Load, live_cluster, live_env, request
 
 pytestmark = [pytest.mark.postgres, pytest.mark.live]
 
-# Measured here (README, "Scaling out"): creates answer 200 again about 7 s after the primary's host
+# Measured here (docs/scaling.md, "Scaling out"): creates answer 200 again about 7 s after the primary's host
 # is lost (monitor: 2 s to declare it down, 3 s for it to demote, then the promotion; HAProxy: 2
 # health checks to put the app servers back). The bound tested:
 FAILOVER_SECONDS = 15

@@ -256,7 +256,7 @@ class InstalledService:
         ).stdout
 
     def deploy(self) -> "InstalledService":
-        """The README's deploy step: collectstatic as root, migrate as the service's user."""
+        """docs/deploying.md's deploy step: collectstatic as root, migrate as the service's user."""
         self.run([str(self.python), "manage.py", "collectstatic", "--no-input", "-v", "0"], as_user=False)
         self.run([str(self.python), "manage.py", "migrate", "--no-input"])
         return self

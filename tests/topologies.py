@@ -57,7 +57,7 @@ backend serve
 
 class TlsProxy:
     """HAProxy terminating TLS (a throwaway self-signed certificate for 127.0.0.1) in front of
-    `make serve` on `upstream`, connecting to it from TLS_PROXY_ADDRESS, as README's Deploying says."""
+    `make serve` on `upstream`, connecting to it from TLS_PROXY_ADDRESS, as docs/deploying.md says."""
 
     def __init__(self, upstream: int):
         self.port = free_port()

@@ -16,7 +16,9 @@ class Command(BaseCommand):
         actions = parser.add_subparsers(dest="action", required=True, metavar="{issue,revoke,list}")
         issue = actions.add_parser("issue", help="Issue a token; print the secret alone on stdout.")
         issue.add_argument("name", help="Who or what will hold the token, e.g. 'billing-service'.")
-        issue.add_argument("--expires-in", type=int, metavar="DAYS", help="Expire after DAYS days.")
+        issue.add_argument(
+            "--expires-in", type=int, metavar="DAYS", help="Expire DAYS whole days after issue (default: never)."
+        )
         revoke = actions.add_parser("revoke", help="Revoke every active token of a name.")
         revoke.add_argument("name")
         actions.add_parser("list", help="List tokens: name, prefix, dates and status; never a secret.")
