@@ -9,6 +9,11 @@ from pathlib import Path
 
 import dj_database_url
 import environ
+from django.core.checks.security.base import (
+    SECRET_KEY_INSECURE_PREFIX,
+    SECRET_KEY_MIN_LENGTH,
+    SECRET_KEY_MIN_UNIQUE_CHARACTERS,
+)
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -32,13 +37,35 @@ def env_bool(name: str, default: bool = False) -> bool:
 
 DEBUG = env_bool("DJANGO_DEBUG")
 
+# .env.example's values start so: a copy left unedited must not start a production service.
+PLACEHOLDER_PREFIX = "change-me"
+
+
+def insecure_secret_key(key: str) -> bool:
+    """The keys `check --deploy` warns of (security.W009), by Django's own bounds: fewer than 50
+    characters, fewer than 5 distinct ones, or Django's insecure prefix (startproject's key)."""
+    return (
+        len(key) < SECRET_KEY_MIN_LENGTH
+        or len(set(key)) < SECRET_KEY_MIN_UNIQUE_CHARACTERS
+        or key.startswith(SECRET_KEY_INSECURE_PREFIX)
+    )
+
+
 SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="")
-if not SECRET_KEY:
-    if not DEBUG:
+GENERATE_SECRET_KEY = 'generate one with: python -c "import secrets; print(secrets.token_urlsafe(50))"'
+if not DEBUG:
+    # A refusal at start, not check --deploy's warning: nothing runs that check on every deployment.
+    if not SECRET_KEY:
+        raise ImproperlyConfigured(f"DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is off; {GENERATE_SECRET_KEY}")
+    if SECRET_KEY.startswith(PLACEHOLDER_PREFIX):
+        raise ImproperlyConfigured(f"DJANGO_SECRET_KEY is still .env.example's placeholder; {GENERATE_SECRET_KEY}")
+    if insecure_secret_key(SECRET_KEY):
         raise ImproperlyConfigured(
-            "DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is off; generate one with: "
-            'python -c "import secrets; print(secrets.token_urlsafe(50))"'
+            f"DJANGO_SECRET_KEY is insecure (check --deploy's security.W009: fewer than {SECRET_KEY_MIN_LENGTH} "
+            f"characters, fewer than {SECRET_KEY_MIN_UNIQUE_CHARACTERS} distinct ones, or the prefix "
+            f"{SECRET_KEY_INSECURE_PREFIX!r}); {GENERATE_SECRET_KEY}"
         )
+elif not SECRET_KEY:
     SECRET_KEY = "insecure-development-only-key"  # only ever used with DJANGO_DEBUG=1
 
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", cast=str.strip, default=["localhost", "127.0.0.1", "[::1]"])
@@ -199,11 +226,11 @@ if REDIS_URL:
     }
 # /metrics answers only requests bearing this token (Prometheus' `authorization` setting); unset, it is a 404.
 PLANTS_METRICS_TOKEN = env.str("PLANTS_METRICS_TOKEN", default="")
+GENERATE_METRICS_TOKEN = 'generate one with: python -c "import secrets; print(secrets.token_urlsafe(32))"'
 if PLANTS_METRICS_TOKEN and len(PLANTS_METRICS_TOKEN) < 32:
-    raise ImproperlyConfigured(
-        "PLANTS_METRICS_TOKEN must be at least 32 characters; generate one with: "
-        'python -c "import secrets; print(secrets.token_urlsafe(32))"'
-    )
+    raise ImproperlyConfigured(f"PLANTS_METRICS_TOKEN must be at least 32 characters; {GENERATE_METRICS_TOKEN}")
+if PLANTS_METRICS_TOKEN.startswith(PLACEHOLDER_PREFIX) and not DEBUG:
+    raise ImproperlyConfigured(f"PLANTS_METRICS_TOKEN is still .env.example's placeholder; {GENERATE_METRICS_TOKEN}")
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024  # admin forms; the API has its own, smaller cap
 
 REST_FRAMEWORK = {

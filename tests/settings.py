@@ -3,7 +3,7 @@
 import os
 
 # Tests run with debug off, as production does, so they need a key; never used outside tests.
-os.environ.setdefault("DJANGO_SECRET_KEY", "test-only-secret-key-not-for-any-deployment")
+os.environ.setdefault("DJANGO_SECRET_KEY", "test-only-secret-key-not-for-any-deployment-0123456789")
 
 from plantstore_site.settings import *  # noqa: E402, F403
 
