@@ -156,11 +156,13 @@ try:
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         # The same backend, but its per-request connection health check costs no query.
         DATABASES["default"]["ENGINE"] = "plants.postgresql"
-        if env_bool("DJANGO_DB_PREPARED_STATEMENTS", default=True):
+        # Off by default: the docs offer PgBouncer in transaction mode in front, and one before
+        # 1.21 (Debian 12 ships 1.18) hands a connection's prepared statements to other clients'
+        # transactions, which then fail. An opt-in for a direct connection, or PgBouncer 1.21 or
+        # later with max_prepared_statements set.
+        if env_bool("DJANGO_DB_PREPARED_STATEMENTS", default=False):
             # Server-side parameters, and statements prepared from their 5th use on a connection:
-            # the token lookup and the INSERT skip parsing and planning on every request. Turn
-            # off behind a pooler that cannot keep prepared statements (PgBouncer < 1.21 in
-            # transaction mode).
+            # the token lookup and the INSERT skip parsing and planning on every request.
             DATABASES["default"].setdefault("OPTIONS", {}).update(server_side_binding=True, prepare_threshold=5)
 except ValueError as error:
     raise ImproperlyConfigured(

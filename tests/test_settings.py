@@ -117,6 +117,39 @@ def test_start_with_admin_login_limits_out_of_order_fails_naming_the_variables(p
     ) in result.stderr
 
 
+def database_options(**env) -> dict:
+    """The OPTIONS the settings give a PostgreSQL DATABASE_URL under this environment (nothing connects)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_") and k != "DATABASE_URL"}
+    script = (
+        "import json; from django.conf import settings; "
+        "print(json.dumps(settings.DATABASES['default'].get('OPTIONS', {})))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={**clean, "DJANGO_SETTINGS_MODULE": "plantstore_site.settings", "DJANGO_SECRET_KEY": SECRET_KEY, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(result.stdout)
+
+
+def test_postgresql_prepares_no_statements_by_default_so_any_pgbouncer_in_transaction_mode_works():
+    options = database_options(DATABASE_URL="postgres://plantstore@db.example.com/plantstore")
+
+    assert "server_side_binding" not in options and "prepare_threshold" not in options
+
+
+def test_prepared_statements_are_an_explicit_opt_in():
+    options = database_options(
+        DATABASE_URL="postgres://plantstore@db.example.com/plantstore", DJANGO_DB_PREPARED_STATEMENTS="1"
+    )
+
+    assert (options["server_side_binding"], options["prepare_threshold"]) == (True, 5)
+
+
 def test_start_with_bad_debug_flag_fails_naming_the_variable():
     result = manage_check(DJANGO_DEBUG="maybe")
 
