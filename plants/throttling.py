@@ -12,6 +12,7 @@ from rest_framework.throttling import BaseThrottle
 
 from plants import rate_stores
 from plants.exceptions import RateLimitStoreUnavailable
+from plants.log_format import log_outage
 from plants.models import ApiToken
 
 logger = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ def rate_limit_count(token: ApiToken, policy: RatePolicy) -> RateLimitCount:
     try:
         count = rate_stores.increment(token.digest, window_start, policy.window)
     except rate_stores.StoreError as error:
-        logger.error("rate-limit store unavailable: %s", type(error.__cause__ or error).__name__, exc_info=error)
+        log_outage(logger, "rate-limit store unavailable: %s", type(error.__cause__ or error).__name__, error=error)
         raise RateLimitStoreUnavailable() from None
     return RateLimitCount(policy, count, reset=max(1, math.ceil(window_start + policy.window - now)))
 
