@@ -121,7 +121,7 @@ AXES_FAILURE_LIMIT = "plants.login_lockout.failure_limit"  # the pair's limit or
 AXES_COOLOFF_TIME = timedelta(minutes=env.int("PLANTS_ADMIN_LOCKOUT_MINUTES", default=15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
 AXES_RESET_ON_SUCCESS = False  # plants.login_lockout clears the pair's failures alone
-AXES_CLIENT_IP_CALLABLE = "plants.views.client_ip"
+AXES_CLIENT_IP_CALLABLE = "plants.clients.client_ip"
 AXES_LOCKOUT_CALLABLE = "plants.views.login_locked_out"
 
 ROOT_URLCONF = "plantstore_site.urls"
@@ -214,6 +214,12 @@ if proxy_header := env.str("DJANGO_SECURE_PROXY_SSL_HEADER", default=""):
 PLANTS_MAX_BODY_BYTES = env.int("PLANTS_MAX_BODY_BYTES", default=4096)
 # Requests per token per window, as DRF reads a rate (checked at start-up by plants.throttling).
 PLANTS_THROTTLE_RATE = env.str("PLANTS_THROTTLE_RATE", default="600/minute")  # empty: no throttle
+# Failed authentications (no token, a bad or refused one) per client address per window, after which
+# the address is refused with 429 before any token is hashed or looked up (plants/authentication_limit.py).
+# 60 a minute is a tenth of one token's quota: a client whose token was revoked or mistyped, retrying
+# once a second, still gets its 401 that says why, while an address without a valid token costs at
+# most about one lookup a second. Empty: no limit.
+PLANTS_ANONYMOUS_THROTTLE_RATE = env.str("PLANTS_ANONYMOUS_THROTTLE_RATE", default="60/minute")
 # The counters' store: Redis when set (every server shares the limit), through Django's cache
 # framework; else the database itself counts (plants/rate_stores.py).
 REDIS_URL = env.str("REDIS_URL", default="")

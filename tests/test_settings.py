@@ -104,6 +104,13 @@ def test_start_with_bad_throttle_rate_fails_naming_the_variable():
     assert "PLANTS_THROTTLE_RATE must look like 600/minute" in result.stderr
 
 
+def test_start_with_bad_anonymous_throttle_rate_fails_naming_the_variable():
+    result = manage_check(DJANGO_SECRET_KEY=SECRET_KEY, PLANTS_ANONYMOUS_THROTTLE_RATE="0/minute")
+
+    assert result.returncode != 0
+    assert "PLANTS_ANONYMOUS_THROTTLE_RATE must look like 600/minute" in result.stderr
+
+
 @pytest.mark.parametrize(("per_user", "per_client"), [("0", "20"), ("6", "5")])
 def test_start_with_admin_login_limits_out_of_order_fails_naming_the_variables(per_user, per_client):
     result = manage_check(
