@@ -139,13 +139,15 @@ def wait_until_healthy(
 
 
 # A live server's settings in the tests, unless a test says otherwise: production settings with
-# debug off, no rate limit, 2 worker processes of 4 threads.
+# debug off, no rate limit per token, 2 worker processes of 4 threads. The limit on failed
+# authentication stays on, as in production, at a rate no test reaches from its one address.
 LIVE_SETTINGS = {
     "DJANGO_SETTINGS_MODULE": "plantstore_site.settings",
     "DJANGO_DEBUG": "0",
     "DJANGO_SECRET_KEY": "live-test-secret-key-" + "x" * 40,
     "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
     "PLANTS_THROTTLE_RATE": "",
+    "PLANTS_ANONYMOUS_THROTTLE_RATE": "1000000/hour",
     "APP_PROCESSES": "2",
     "APP_THREADS": "4",
 }
@@ -273,6 +275,7 @@ class MakeServe:
             "DJANGO_STATIC_ROOT": str(work_dir / "static"),
             "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
             "PLANTS_THROTTLE_RATE": "",
+            "PLANTS_ANONYMOUS_THROTTLE_RATE": "1000000/hour",  # on, out of the tests' reach
             "PORT": str(self.port),
             "APP_PROCESSES": "2",
             **env,
