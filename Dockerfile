@@ -22,7 +22,7 @@ RUN --mount=type=secret,id=ca-bundle \
 COPY . /opt/plantstore/app
 # Static files collected at build time; the key only lets the settings load for it.
 RUN cd /opt/plantstore/app \
-    && DJANGO_SECRET_KEY=collectstatic-only DJANGO_STATIC_ROOT=/opt/plantstore/static \
+    && DJANGO_SECRET_KEY=collectstatic-only-this-key-signs-nothing-0123456789 DJANGO_STATIC_ROOT=/opt/plantstore/static \
         /opt/plantstore/venv/bin/python manage.py collectstatic --no-input -v 0 \
     && /opt/plantstore/venv/bin/python -m compileall -q /opt/plantstore/app
 

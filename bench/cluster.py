@@ -36,7 +36,6 @@ def measure(app_servers: int, round_base: int, database: FailoverDatabase | None
         cluster.start()
         try:
             env = {**os.environ, **ENV, "DATABASE_URL": cluster.env["DATABASE_URL"]}
-            env["DJANGO_DB_PREPARED_STATEMENTS"] = cluster.env.get("DJANGO_DB_PREPARED_STATEMENTS", "1")
             token = manage("token", "issue", f"bench-{app_servers}", env=env).strip()
             url = f"{cluster.url}/plants"
             wrk(url, token, round_base, 3, CONNECTIONS)  # warm-up: connections, prepared caches, throttle keys

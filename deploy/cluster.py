@@ -256,11 +256,9 @@ class Cluster:
         # PgBouncer 1.18 cannot follow a primary (it has no target_session_attrs): in front of a
         # failover pair, the app servers connect by the URL that follows it.
         self.pgbouncer = PgBouncer(settings_dict) if database_url is None else None
-        if self.pgbouncer:
-            # PgBouncer 1.18 in transaction mode keeps no prepared statements.
-            database_env = {"DATABASE_URL": self.pgbouncer.url, "DJANGO_DB_PREPARED_STATEMENTS": "0"}
-        else:
-            database_env = {"DATABASE_URL": database_url}
+        # DJANGO_DB_PREPARED_STATEMENTS stays at its default, off: PgBouncer 1.18 in transaction
+        # mode keeps no prepared statements.
+        database_env = {"DATABASE_URL": self.pgbouncer.url if self.pgbouncer else database_url}
         self.env = {
             **os.environ,
             **database_env,

@@ -1,5 +1,6 @@
 """The Django admin: browsing plants, and issuing and revoking API tokens."""
 
+import re
 from datetime import timedelta
 
 from django import forms
@@ -18,6 +19,10 @@ from plants.services import token_issue, tokens_revoke
 # Below this many rows an exact COUNT(*) is cheap enough; above it an unfiltered list uses
 # PostgreSQL's own estimate, so paging through a million plants never counts them all.
 EXACT_COUNT_UP_TO = 10_000
+# A whole number the id column can hold: ASCII digits only (str.isdigit() also takes "²", which int()
+# refuses), and at most 19 of them, so int() never meets Python's limit on long digit strings.
+WHOLE_NUMBER = re.compile(r"-?[0-9]{1,19}")
+BIGINT_RANGE = range(-(2**63), 2**63)
 
 
 class EstimatedCountPaginator(Paginator):
@@ -54,7 +59,7 @@ class PlantAdmin(admin.ModelAdmin):
     def get_search_results(self, request, queryset, search_term):
         matches, may_have_duplicates = super().get_search_results(request, queryset, search_term)
         term = search_term.strip()
-        if term.lstrip("-").isdigit() and -(2**63) <= int(term) < 2**63:
+        if WHOLE_NUMBER.fullmatch(term) and int(term) in BIGINT_RANGE:
             matches |= queryset.filter(id=int(term))
         return matches, may_have_duplicates
 

@@ -13,4 +13,6 @@ class PlantsConfig(AppConfig):
         from plants import login_lockout, schema  # noqa: F401 - the login receiver, the OpenAPI bearer scheme
         from plants.throttling import rate_policy
 
-        rate_policy(settings.PLANTS_THROTTLE_RATE)  # a bad rate stops the start, naming the variable
+        # A bad rate stops the start, naming the variable.
+        rate_policy(settings.PLANTS_THROTTLE_RATE)
+        rate_policy(settings.PLANTS_ANONYMOUS_THROTTLE_RATE, "PLANTS_ANONYMOUS_THROTTLE_RATE")

@@ -7,6 +7,7 @@ from django.utils import timezone
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 
 from plants import metrics
+from plants.authentication_limit import authentication_failed, refuse_if_over_limit
 from plants.exceptions import InvalidToken, MalformedCredentials
 from plants.models import AUTHENTICATION_FIELDS, ApiToken, TokenStatus
 from plants.tokens import MAX_TOKEN_LENGTH, token_digest
@@ -76,31 +77,32 @@ class BearerTokenAuthentication(BaseAuthentication):
     realm = "plants"
 
     def authenticate(self, request):
+        refuse_if_over_limit(request)  # before the header is read: an address over its limit costs nothing
         parts = get_authorization_header(request).split()
         if not parts or parts[0].lower() != self.keyword:
             # The API's only authenticator: this request ends as 401 UNAUTHENTICATED.
-            metrics.AUTH_FAILURE["missing"].inc()
+            self.failed(request, "missing")
             return None
         if len(parts) != 2:
-            metrics.AUTH_FAILURE["malformed"].inc()
+            self.failed(request, "malformed")
             raise MalformedCredentials()
         try:
             secret = parts[1].decode("ascii")
         except UnicodeDecodeError:
-            metrics.AUTH_FAILURE["malformed"].inc()
+            self.failed(request, "malformed")
             raise MalformedCredentials() from None
-        token = self.authenticate_credentials(secret)
+        token = self.authenticate_credentials(secret, request)
         return TokenClient(token), token
 
-    def authenticate_credentials(self, secret: str) -> ApiToken:
+    def authenticate_credentials(self, secret: str, request) -> ApiToken:
         token = token_for(secret)
         if token is None:
-            metrics.AUTH_FAILURE["unknown"].inc()
+            self.failed(request, "unknown")
             raise InvalidToken("The token is not valid.")
         now = timezone.now()
         status = token.status(now)
         if status != TokenStatus.ACTIVE:
-            metrics.AUTH_FAILURE[status].inc()
+            self.failed(request, status)
             raise InvalidToken(REFUSED_BECAUSE[status])
         if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
             # Conditional, so that workers reading the same stale value write it once between them.
@@ -108,6 +110,11 @@ class BearerTokenAuthentication(BaseAuthentication):
             ApiToken.objects.filter(stale, pk=token.pk).update(last_used_at=now)
             token.last_used_at = now
         return token
+
+    def failed(self, request, reason: str) -> None:
+        """Count a refusal by its reason, and against its client's address (plants/authentication_limit.py)."""
+        metrics.AUTH_FAILURE[reason].inc()
+        authentication_failed(request)
 
     def authenticate_header(self, request) -> str:
         return f'Bearer realm="{self.realm}"'

@@ -19,6 +19,7 @@ from rest_framework.views import exception_handler as drf_exception_handler
 
 from plants import metrics
 from plants.exceptions import ApiError, ApplicationError, DatabaseUnavailable, ErrorCode, error_body
+from plants.log_format import log_outage
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def as_drf_exception(exc: Exception) -> Exception:
     if isinstance(exc, DjangoPermissionDenied):
         return exceptions.PermissionDenied()
     if is_read_only_server(exc) or isinstance(exc, (OperationalError, InterfaceError)):
-        logger.error("database unavailable: %s", exc.__class__.__name__, exc_info=exc)
+        log_outage(logger, "database unavailable: %s", exc.__class__.__name__, error=exc)
         metrics.DATABASE_ERROR["unavailable"].inc()
         return DatabaseUnavailable()
     return exc

@@ -30,6 +30,7 @@ class ErrorCode(IntEnum):
     BODY_TOO_LARGE = 41300
     UNSUPPORTED_MEDIA_TYPE = 41500
     THROTTLED = 42900
+    TOO_MANY_AUTHENTICATION_FAILURES = 42901
     INTERNAL_ERROR = 50000
     SERVICE_UNAVAILABLE = 50300
     # The HTTP layer's own refusals: nginx's (deploy/nginx.conf), and the app's 411 for a chunked
@@ -56,6 +57,8 @@ ERROR_CODE_DESCRIPTIONS = {
     ErrorCode.BODY_TOO_LARGE: "The body is larger than the service accepts.",
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: "The body is not sent as application/json.",
     ErrorCode.THROTTLED: "Too many requests with this token; retry after the Retry-After header's seconds.",
+    ErrorCode.TOO_MANY_AUTHENTICATION_FAILURES: "Too many requests without a valid bearer token from this "
+    "client address; every request from it is refused until the Retry-After header's seconds have passed.",
     ErrorCode.INTERNAL_ERROR: "An unexpected error in the service; it is logged, and nothing was stored.",
     ErrorCode.SERVICE_UNAVAILABLE: "The database or the rate-limit store cannot be reached; retry later.",
     ErrorCode.LENGTH_REQUIRED: "A body was sent without a Content-Length the server can use.",
@@ -111,6 +114,11 @@ class InvalidToken(exceptions.AuthenticationFailed):
 class MalformedCredentials(exceptions.AuthenticationFailed):
     error_code = ErrorCode.MALFORMED_CREDENTIALS
     default_detail = "The Authorization header must be 'Bearer <token>', with exactly one token."
+
+
+class TooManyAuthenticationFailures(exceptions.Throttled):
+    error_code = ErrorCode.TOO_MANY_AUTHENTICATION_FAILURES
+    default_detail = "Too many requests without a valid bearer token from this address."
 
 
 class DatabaseUnavailable(ApiError):

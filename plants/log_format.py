@@ -1,6 +1,7 @@
-"""Log formatting: every record is one line, and the client's mistakes are warnings, not errors."""
+"""Log formatting: every record is one line, the client's mistakes are warnings, an outage's traceback is rare."""
 
 import logging
+import threading
 import time
 
 # Every character that str.splitlines() (and so many log viewers) takes for a line break.
@@ -44,3 +45,42 @@ class ClientErrorFilter(logging.Filter):
             record.levelno, record.levelname = logging.WARNING, "WARNING"
         record.exc_info = record.exc_text = None
         return True
+
+
+# An outage fails every request the same way: its traceback at most this often per distinct error.
+TRACEBACK_INTERVAL = 60.0
+# Distinct errors remembered at most; past it, those whose interval is over are forgotten.
+REMEMBERED_ERRORS = 256
+# The clock of the interval; tests move it instead of waiting a minute.
+clock = time.monotonic
+last_traceback: dict[tuple[str, str], float] = {}
+last_traceback_lock = threading.Lock()
+
+
+def traceback_due(error: BaseException) -> bool:
+    """True for the first occurrence of this error (its class and message) in TRACEBACK_INTERVAL, in this process."""
+    key, now = (f"{type(error).__module__}.{type(error).__qualname__}", str(error)), clock()
+    with last_traceback_lock:
+        last = last_traceback.get(key)
+        if last is not None and now - last < TRACEBACK_INTERVAL:
+            return False
+        if len(last_traceback) >= REMEMBERED_ERRORS:
+            for old_key, when in list(last_traceback.items()):
+                if now - when >= TRACEBACK_INTERVAL:
+                    del last_traceback[old_key]
+            if len(last_traceback) >= REMEMBERED_ERRORS:  # that many distinct errors in a minute
+                last_traceback.clear()
+        last_traceback[key] = now
+        return True
+
+
+def log_outage(logger: logging.Logger, message: str, *args, error: BaseException) -> None:
+    """logger.error(message % args): with `error`'s traceback once a minute per distinct error, else one line.
+
+    While a dependency is down every request meets the same error; its traceback says all there is
+    to say the first time, and thousands of copies would bury the rest of the log.
+    """
+    if traceback_due(error):
+        logger.error(message, *args, exc_info=error)
+    else:
+        logger.error(f"{message} (its traceback was logged within the last %d s)", *args, TRACEBACK_INTERVAL)

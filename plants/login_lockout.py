@@ -7,7 +7,7 @@ from django.db.models import Sum
 from django.dispatch import receiver
 from django.utils import timezone
 
-from plants.views import client_ip
+from plants.clients import client_ip
 
 
 def pair_failures(username: str | None, address: str | None) -> int:

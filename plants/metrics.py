@@ -36,7 +36,10 @@ CREATES = Counter(
     ["outcome"],
 )
 AUTH_FAILURES = Counter("plants_auth_failures", "API requests refused for their credentials, by reason.", ["reason"])
-THROTTLED = Counter("plants_throttled", "Requests refused with 429 for going over their token's rate.")
+THROTTLED = Counter(
+    "plants_throttled",
+    "Requests refused with 429: over their token's rate, or from an address over its failed authentications.",
+)
 DATABASE_ERRORS = Counter(
     "plants_database_errors",
     "Requests that failed on the database: unavailable (answered 503) or other (500).",

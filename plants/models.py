@@ -87,7 +87,9 @@ class RateLimitCounter(models.Model):
     """How many requests a token has made in its current rate-limit window (plants/rate_stores.py).
 
     One row per token, counted by one atomic upsert per request and reused from window to window,
-    so the table never holds more rows than there are tokens that made a request.
+    so the table never holds more rows than there are tokens that made a request; and one per client
+    address that failed authentication lately (key `client:<address>`, plants/authentication_limit.py),
+    deleted once its window has ended.
     """
 
     key = models.CharField(primary_key=True, max_length=64, help_text="The token's digest.")

@@ -75,6 +75,11 @@ def upsert_sql(vendor: str) -> str:
     )
 
 
+def database_forget(prefix: str, *, before: int) -> None:
+    """Delete the database's counts of keys starting with `prefix` whose window started before `before`."""
+    RateLimitCounter.objects.filter(key__startswith=prefix, window_start__lt=before).delete()
+
+
 def ping() -> None:
     """The readiness check's question to Redis (one GET); the database's is the database check."""
     if RATE_LIMIT_CACHE in settings.CACHES:

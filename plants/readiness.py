@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 
 from plants import rate_stores
+from plants.authentication_limit import failure_policy
 from plants.throttling import rate_policy
 
 
@@ -18,8 +19,8 @@ def database_answers() -> bool:
 
 
 def rate_limit_store_answers() -> bool:
-    """Redis answers, when the counters are there; true while throttling is off (no store is asked)."""
-    if rate_policy(settings.PLANTS_THROTTLE_RATE) is None:
+    """Redis answers, when the counters are there; true while both limits are off (no store is asked)."""
+    if rate_policy(settings.PLANTS_THROTTLE_RATE) is None and failure_policy() is None:
         return True
     try:
         rate_stores.ping()

@@ -103,7 +103,10 @@ create_plant_schema = extend_schema(
             OpenApiTypes.INT,
             OpenApiParameter.HEADER,
             response=[429],
-            description="Seconds until the token's quota allows another request: the RateLimit header's `t`.",
+            description=(
+                "Seconds until the token's quota allows another request (the RateLimit header's `t`), or, "
+                "for TOO_MANY_AUTHENTICATION_FAILURES, until this address may try again."
+            ),
         ),
         OpenApiParameter(
             "WWW-Authenticate",
@@ -131,7 +134,11 @@ create_plant_schema = extend_schema(
         413: _error("The body is too large.", ErrorCode.BODY_TOO_LARGE),
         406: _error("The Accept header excludes application/json.", ErrorCode.NOT_ACCEPTABLE),
         415: _error("The body is not application/json.", ErrorCode.UNSUPPORTED_MEDIA_TYPE),
-        429: _error("Too many requests with this token.", ErrorCode.THROTTLED),
+        429: _error(
+            "Too many requests with this token, or without a valid token from this address.",
+            ErrorCode.THROTTLED,
+            ErrorCode.TOO_MANY_AUTHENTICATION_FAILURES,
+        ),
         500: _error("An unexpected error in the service.", ErrorCode.INTERNAL_ERROR),
         503: _error("The database or the rate-limit store cannot be reached.", ErrorCode.SERVICE_UNAVAILABLE),
     },

@@ -1,4 +1,4 @@
-"""Per-token rate limits: the rule, the counters' store, and the RateLimit headers that show them."""
+"""Per-token rate limits: the rule, the counting of a window in the store, and the RateLimit headers that show them."""
 
 import functools
 import logging
@@ -12,6 +12,7 @@ from rest_framework.throttling import BaseThrottle
 
 from plants import rate_stores
 from plants.exceptions import RateLimitStoreUnavailable
+from plants.log_format import log_outage
 from plants.models import ApiToken
 
 logger = logging.getLogger(__name__)
@@ -40,8 +41,8 @@ PERIOD_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 @functools.lru_cache(maxsize=8)
-def rate_policy(rate: str) -> RatePolicy | None:
-    """PLANTS_THROTTLE_RATE as DRF reads a rate ('600/minute' -> 600 per 60 s); None when empty."""
+def rate_policy(rate: str, setting: str = "PLANTS_THROTTLE_RATE") -> RatePolicy | None:
+    """A rate setting as DRF reads a rate ('600/minute' -> 600 per 60 s); None when empty."""
     if not rate:
         return None
     count, _, period = rate.partition("/")
@@ -49,8 +50,7 @@ def rate_policy(rate: str) -> RatePolicy | None:
     limit = int(count) if count.isdecimal() and count.isascii() else 0
     if limit < 1 or window is None:
         raise ImproperlyConfigured(
-            f"PLANTS_THROTTLE_RATE must look like 600/minute (a positive count per second, minute, hour "
-            f"or day), not {rate!r}."
+            f"{setting} must look like 600/minute (a positive count per second, minute, hour or day), not {rate!r}."
         )
     return RatePolicy(limit, window)
 
@@ -77,12 +77,17 @@ def rate_limit_count(token: ApiToken, policy: RatePolicy) -> RateLimitCount:
 
     Keyed by the token's digest (loaded with it: AUTHENTICATION_FIELDS), unique and never reused.
     """
+    return window_count(token.digest, policy)
+
+
+def window_count(key: str, policy: RatePolicy) -> RateLimitCount:
+    """Count one event of `key` in the current fixed window of `policy`; a store that fails is a 503."""
     now = clock()
     window_start = int(now // policy.window) * policy.window
     try:
-        count = rate_stores.increment(token.digest, window_start, policy.window)
+        count = rate_stores.increment(key, window_start, policy.window)
     except rate_stores.StoreError as error:
-        logger.error("rate-limit store unavailable: %s", type(error.__cause__ or error).__name__, exc_info=error)
+        log_outage(logger, "rate-limit store unavailable: %s", type(error.__cause__ or error).__name__, error=error)
         raise RateLimitStoreUnavailable() from None
     return RateLimitCount(policy, count, reset=max(1, math.ceil(window_start + policy.window - now)))
 

@@ -126,17 +126,6 @@ def server_error(request):
     return error_response(ErrorCode.INTERNAL_ERROR, "Internal server error; it has been logged.", 500)
 
 
-def client_ip(request) -> str | None:
-    """The client's address, for the admin's login lockout: the one place that names the client.
-
-    Over TCP, the peer's address (REMOTE_ADDR). Behind make serve's nginx the app server listens
-    on a unix socket (no REMOTE_ADDR) and nginx sets X-Real-IP to its $remote_addr, replacing any
-    the client sent; nginx takes that address from X-Forwarded-For only on connections from
-    PLANTS_TRUSTED_PROXIES (deploy/), so no client can name itself.
-    """
-    return request.META.get("REMOTE_ADDR") or request.META.get("HTTP_X_REAL_IP") or None
-
-
 def login_locked_out(request, credentials, *args, **kwargs):
     """django-axes' answer once a (user name, address) pair or an address has too many failed admin logins."""
     seconds = int(settings.AXES_COOLOFF_TIME.total_seconds())

@@ -9,6 +9,11 @@ from pathlib import Path
 
 import dj_database_url
 import environ
+from django.core.checks.security.base import (
+    SECRET_KEY_INSECURE_PREFIX,
+    SECRET_KEY_MIN_LENGTH,
+    SECRET_KEY_MIN_UNIQUE_CHARACTERS,
+)
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -32,13 +37,35 @@ def env_bool(name: str, default: bool = False) -> bool:
 
 DEBUG = env_bool("DJANGO_DEBUG")
 
+# .env.example's values start so: a copy left unedited must not start a production service.
+PLACEHOLDER_PREFIX = "change-me"
+
+
+def insecure_secret_key(key: str) -> bool:
+    """The keys `check --deploy` warns of (security.W009), by Django's own bounds: fewer than 50
+    characters, fewer than 5 distinct ones, or Django's insecure prefix (startproject's key)."""
+    return (
+        len(key) < SECRET_KEY_MIN_LENGTH
+        or len(set(key)) < SECRET_KEY_MIN_UNIQUE_CHARACTERS
+        or key.startswith(SECRET_KEY_INSECURE_PREFIX)
+    )
+
+
 SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="")
-if not SECRET_KEY:
-    if not DEBUG:
+GENERATE_SECRET_KEY = 'generate one with: python -c "import secrets; print(secrets.token_urlsafe(50))"'
+if not DEBUG:
+    # A refusal at start, not check --deploy's warning: nothing runs that check on every deployment.
+    if not SECRET_KEY:
+        raise ImproperlyConfigured(f"DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is off; {GENERATE_SECRET_KEY}")
+    if SECRET_KEY.startswith(PLACEHOLDER_PREFIX):
+        raise ImproperlyConfigured(f"DJANGO_SECRET_KEY is still .env.example's placeholder; {GENERATE_SECRET_KEY}")
+    if insecure_secret_key(SECRET_KEY):
         raise ImproperlyConfigured(
-            "DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is off; generate one with: "
-            'python -c "import secrets; print(secrets.token_urlsafe(50))"'
+            f"DJANGO_SECRET_KEY is insecure (check --deploy's security.W009: fewer than {SECRET_KEY_MIN_LENGTH} "
+            f"characters, fewer than {SECRET_KEY_MIN_UNIQUE_CHARACTERS} distinct ones, or the prefix "
+            f"{SECRET_KEY_INSECURE_PREFIX!r}); {GENERATE_SECRET_KEY}"
         )
+elif not SECRET_KEY:
     SECRET_KEY = "insecure-development-only-key"  # only ever used with DJANGO_DEBUG=1
 
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", cast=str.strip, default=["localhost", "127.0.0.1", "[::1]"])
@@ -94,7 +121,7 @@ AXES_FAILURE_LIMIT = "plants.login_lockout.failure_limit"  # the pair's limit or
 AXES_COOLOFF_TIME = timedelta(minutes=env.int("PLANTS_ADMIN_LOCKOUT_MINUTES", default=15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
 AXES_RESET_ON_SUCCESS = False  # plants.login_lockout clears the pair's failures alone
-AXES_CLIENT_IP_CALLABLE = "plants.views.client_ip"
+AXES_CLIENT_IP_CALLABLE = "plants.clients.client_ip"
 AXES_LOCKOUT_CALLABLE = "plants.views.login_locked_out"
 
 ROOT_URLCONF = "plantstore_site.urls"
@@ -129,11 +156,13 @@ try:
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         # The same backend, but its per-request connection health check costs no query.
         DATABASES["default"]["ENGINE"] = "plants.postgresql"
-        if env_bool("DJANGO_DB_PREPARED_STATEMENTS", default=True):
+        # Off by default: the docs offer PgBouncer in transaction mode in front, and one before
+        # 1.21 (Debian 12 ships 1.18) hands a connection's prepared statements to other clients'
+        # transactions, which then fail. An opt-in for a direct connection, or PgBouncer 1.21 or
+        # later with max_prepared_statements set.
+        if env_bool("DJANGO_DB_PREPARED_STATEMENTS", default=False):
             # Server-side parameters, and statements prepared from their 5th use on a connection:
-            # the token lookup and the INSERT skip parsing and planning on every request. Turn
-            # off behind a pooler that cannot keep prepared statements (PgBouncer < 1.21 in
-            # transaction mode).
+            # the token lookup and the INSERT skip parsing and planning on every request.
             DATABASES["default"].setdefault("OPTIONS", {}).update(server_side_binding=True, prepare_threshold=5)
 except ValueError as error:
     raise ImproperlyConfigured(
@@ -185,6 +214,12 @@ if proxy_header := env.str("DJANGO_SECURE_PROXY_SSL_HEADER", default=""):
 PLANTS_MAX_BODY_BYTES = env.int("PLANTS_MAX_BODY_BYTES", default=4096)
 # Requests per token per window, as DRF reads a rate (checked at start-up by plants.throttling).
 PLANTS_THROTTLE_RATE = env.str("PLANTS_THROTTLE_RATE", default="600/minute")  # empty: no throttle
+# Failed authentications (no token, a bad or refused one) per client address per window, after which
+# the address is refused with 429 before any token is hashed or looked up (plants/authentication_limit.py).
+# 60 a minute is a tenth of one token's quota: a client whose token was revoked or mistyped, retrying
+# once a second, still gets its 401 that says why, while an address without a valid token costs at
+# most about one lookup a second. Empty: no limit.
+PLANTS_ANONYMOUS_THROTTLE_RATE = env.str("PLANTS_ANONYMOUS_THROTTLE_RATE", default="60/minute")
 # The counters' store: Redis when set, through Django's cache framework; else the database itself
 # counts (plants/rate_stores.py). Either is shared by every server that uses it.
 REDIS_URL = env.str("REDIS_URL", default="")
@@ -199,11 +234,11 @@ if REDIS_URL:
     }
 # /metrics answers only requests bearing this token (Prometheus' `authorization` setting); unset, it is a 404.
 PLANTS_METRICS_TOKEN = env.str("PLANTS_METRICS_TOKEN", default="")
+GENERATE_METRICS_TOKEN = 'generate one with: python -c "import secrets; print(secrets.token_urlsafe(32))"'
 if PLANTS_METRICS_TOKEN and len(PLANTS_METRICS_TOKEN) < 32:
-    raise ImproperlyConfigured(
-        "PLANTS_METRICS_TOKEN must be at least 32 characters; generate one with: "
-        'python -c "import secrets; print(secrets.token_urlsafe(32))"'
-    )
+    raise ImproperlyConfigured(f"PLANTS_METRICS_TOKEN must be at least 32 characters; {GENERATE_METRICS_TOKEN}")
+if PLANTS_METRICS_TOKEN.startswith(PLACEHOLDER_PREFIX) and not DEBUG:
+    raise ImproperlyConfigured(f"PLANTS_METRICS_TOKEN is still .env.example's placeholder; {GENERATE_METRICS_TOKEN}")
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024  # admin forms; the API has its own, smaller cap
 
 REST_FRAMEWORK = {

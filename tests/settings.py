@@ -3,12 +3,14 @@
 import os
 
 # Tests run with debug off, as production does, so they need a key; never used outside tests.
-os.environ.setdefault("DJANGO_SECRET_KEY", "test-only-secret-key-not-for-any-deployment")
+os.environ.setdefault("DJANGO_SECRET_KEY", "test-only-secret-key-not-for-any-deployment-0123456789")
 
 from plantstore_site.settings import *  # noqa: E402, F403
 
-# Tests create many plants quickly with one token; the throttle tests set their own rate.
+# Tests create many plants quickly with one token, and refuse many from one address; the throttle
+# tests set their own rates.
 PLANTS_THROTTLE_RATE = ""
+PLANTS_ANONYMOUS_THROTTLE_RATE = ""
 # Admin logins in tests need not pay for a slow password hash; users that a live server
 # (with production settings) must log in get the production hasher, the second here.
 PASSWORD_HASHERS = [

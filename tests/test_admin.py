@@ -65,6 +65,36 @@ def test_plant_search_matches_name_tag_or_exact_id(admin_client, plants, query, 
     assert listed_ids(response) == expected
 
 
+@pytest.mark.parametrize(
+    "query",
+    ["\u00b2", "4\u00b2", "9" * 5000, "-9223372036854775809", "9223372036854775808", "1_000", "-"],
+    ids=[
+        "superscript-two",
+        "digit-and-superscript",
+        "5000-digits",
+        "below-bigint",
+        "above-bigint",
+        "underscores",
+        "minus-alone",
+    ],
+)
+def test_plant_search_for_a_term_that_is_no_bigint_answers_200_and_matches_no_id(admin_client, plants, query):
+    response = admin_client.get("/admin/plants/plant/", {"q": query})
+
+    assert response.status_code == 200
+    assert listed_ids(response) == []
+
+
+@pytest.mark.parametrize(("query", "expected"), [(" 42 ", [42]), ("-9223372036854775808", [-(2**63)])])
+def test_plant_search_for_a_whole_number_in_bigint_finds_the_plant_with_that_id(admin_client, plants, query, expected):
+    Plant.objects.create(id=-(2**63), name="Lowest id")
+
+    response = admin_client.get("/admin/plants/plant/", {"q": query})
+
+    assert response.status_code == 200
+    assert listed_ids(response) == expected
+
+
 def test_plant_filter_by_tag(admin_client, plants):
     response = admin_client.get("/admin/plants/plant/", {"tag": "cactus"})
 

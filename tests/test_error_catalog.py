@@ -70,6 +70,13 @@ def throttled(reach):
     return reach.post_plant({"id": 2, "name": "Rose"})
 
 
+def too_many_authentication_failures(reach):
+    reach.settings.PLANTS_ANONYMOUS_THROTTLE_RATE = "1/day"
+    reach.monkeypatch.setattr("plants.authentication_limit.refused_until", {})
+    reach.api_client.post("/plants", ROSE, format="json", HTTP_AUTHORIZATION="Bearer plnt_unknown")
+    return reach.post_plant(ROSE)
+
+
 def internal_error(reach):
     def explode(**kwargs):
         raise RuntimeError("a bug")
@@ -107,6 +114,7 @@ REACH = {
     ErrorCode.BODY_TOO_LARGE: body_too_large,
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: unsupported_media_type,
     ErrorCode.THROTTLED: throttled,
+    ErrorCode.TOO_MANY_AUTHENTICATION_FAILURES: too_many_authentication_failures,
     ErrorCode.INTERNAL_ERROR: internal_error,
     ErrorCode.SERVICE_UNAVAILABLE: service_unavailable,
     ErrorCode.LENGTH_REQUIRED: length_required,

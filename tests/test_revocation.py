@@ -76,13 +76,11 @@ def test_token_changed_by_another_session_is_refused_on_the_next_request(post_pl
 @pytest.fixture(params=["postgresql", "pgbouncer"])
 def server(request, production_unit):
     """A production unit (2 workers × 4 threads, persistent connections) on PostgreSQL, directly or through
-    PgBouncer in transaction mode (where prepared statements must be off: PgBouncer 1.18)."""
+    PgBouncer in transaction mode, with the default settings (prepared statements off: PgBouncer 1.18)."""
     if request.param == "postgresql":
         return production_unit(APP_PROCESSES="2", APP_THREADS="4")
     bouncer = request.getfixturevalue("pgbouncer")
-    return production_unit(
-        APP_PROCESSES="2", APP_THREADS="4", DATABASE_URL=bouncer.url, DJANGO_DB_PREPARED_STATEMENTS="0"
-    )
+    return production_unit(APP_PROCESSES="2", APP_THREADS="4", DATABASE_URL=bouncer.url)
 
 
 REVOKED_TEXT = '{"error":40101,"message":"The token has been revoked."}'

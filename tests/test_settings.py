@@ -12,6 +12,8 @@ from django.test import Client
 from tests.live import request
 
 ROOT = Path(__file__).resolve().parent.parent
+# A key check --deploy accepts: 50 characters or more, of more than 5 kinds, without Django's insecure prefix.
+SECRET_KEY = "settings-test-secret-key-" + "0123456789" * 4
 
 
 def manage_check(*args, **env) -> subprocess.CompletedProcess:
@@ -39,19 +41,74 @@ def test_start_in_debug_without_secret_key_uses_development_key():
     assert result.returncode == 0, result.stderr
 
 
+def test_start_with_env_example_unedited_fails_naming_the_secret_key_placeholder():
+    result = manage_check(DJANGO_ENV_FILE=str(ROOT / ".env.example"))
+
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY is still .env.example's placeholder; generate one with:" in result.stderr
+
+
+def test_start_with_env_example_s_metrics_token_fails_naming_the_variable():
+    result = manage_check(DJANGO_ENV_FILE=str(ROOT / ".env.example"), DJANGO_SECRET_KEY=SECRET_KEY)
+
+    assert result.returncode != 0
+    assert "PLANTS_METRICS_TOKEN is still .env.example's placeholder; generate one with:" in result.stderr
+
+
+def test_start_in_debug_accepts_env_example_s_placeholders():
+    result = manage_check(DJANGO_ENV_FILE=str(ROOT / ".env.example"), DJANGO_DEBUG="1")
+
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["k" * 50, "abcd" * 20, "a-random-but-short-key-0123456789", "django-insecure-" + "0123456789" * 5],
+    ids=["one-character", "four-characters", "short", "django-insecure-prefix"],
+)
+def test_start_with_a_secret_key_check_deploy_calls_insecure_fails_naming_the_variable(key):
+    result = manage_check(DJANGO_SECRET_KEY=key)
+
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY is insecure (check --deploy's security.W009: fewer than 50 characters" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "key",
+    [SECRET_KEY, "k" * 50, "abcde" * 10, "abcd" * 20, "x" * 49 + "yzuvw", "django-insecure-" + "0123456789" * 5, ""],
+)
+def test_secret_key_refused_at_start_exactly_when_django_s_deploy_check_warns(settings, key):
+    # Pins our start-up rule to Django's own check (security.W009), whatever a Django upgrade changes.
+    from django.core import checks
+
+    from plantstore_site.settings import insecure_secret_key
+
+    settings.SECRET_KEY = key
+    warnings = checks.run_checks(include_deployment_checks=True, tags=[checks.Tags.security])
+
+    assert insecure_secret_key(key) == any(warning.id == "security.W009" for warning in warnings)
+
+
 @pytest.mark.parametrize("url", ["mysqlx://nowhere/db", "not a url"])
 def test_start_with_bad_database_url_fails_naming_the_variable(url):
-    result = manage_check(DJANGO_SECRET_KEY="k" * 50, DATABASE_URL=url)
+    result = manage_check(DJANGO_SECRET_KEY=SECRET_KEY, DATABASE_URL=url)
 
     assert result.returncode != 0
     assert "DATABASE_URL is not a database URL Django can use" in result.stderr
 
 
 def test_start_with_bad_throttle_rate_fails_naming_the_variable():
-    result = manage_check(DJANGO_SECRET_KEY="k" * 50, PLANTS_THROTTLE_RATE="lots")
+    result = manage_check(DJANGO_SECRET_KEY=SECRET_KEY, PLANTS_THROTTLE_RATE="lots")
 
     assert result.returncode != 0
     assert "PLANTS_THROTTLE_RATE must look like 600/minute" in result.stderr
+
+
+def test_start_with_bad_anonymous_throttle_rate_fails_naming_the_variable():
+    result = manage_check(DJANGO_SECRET_KEY=SECRET_KEY, PLANTS_ANONYMOUS_THROTTLE_RATE="0/minute")
+
+    assert result.returncode != 0
+    assert "PLANTS_ANONYMOUS_THROTTLE_RATE must look like 600/minute" in result.stderr
 
 
 @pytest.mark.parametrize(("per_user", "per_client"), [("0", "20"), ("6", "5")])
@@ -65,6 +122,39 @@ def test_start_with_admin_login_limits_out_of_order_fails_naming_the_variables(p
         "PLANTS_ADMIN_LOGIN_FAILURES must be at least 1, and PLANTS_ADMIN_CLIENT_LOGIN_FAILURES at least as "
         f"large (not {per_user} and {per_client})."
     ) in result.stderr
+
+
+def database_options(**env) -> dict:
+    """The OPTIONS the settings give a PostgreSQL DATABASE_URL under this environment (nothing connects)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_") and k != "DATABASE_URL"}
+    script = (
+        "import json; from django.conf import settings; "
+        "print(json.dumps(settings.DATABASES['default'].get('OPTIONS', {})))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={**clean, "DJANGO_SETTINGS_MODULE": "plantstore_site.settings", "DJANGO_SECRET_KEY": SECRET_KEY, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(result.stdout)
+
+
+def test_postgresql_prepares_no_statements_by_default_so_any_pgbouncer_in_transaction_mode_works():
+    options = database_options(DATABASE_URL="postgres://plantstore@db.example.com/plantstore")
+
+    assert "server_side_binding" not in options and "prepare_threshold" not in options
+
+
+def test_prepared_statements_are_an_explicit_opt_in():
+    options = database_options(
+        DATABASE_URL="postgres://plantstore@db.example.com/plantstore", DJANGO_DB_PREPARED_STATEMENTS="1"
+    )
+
+    assert (options["server_side_binding"], options["prepare_threshold"]) == (True, 5)
 
 
 def test_start_with_bad_debug_flag_fails_naming_the_variable():

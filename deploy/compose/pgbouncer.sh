@@ -1,7 +1,7 @@
 #!/bin/sh
 # compose.yaml's PgBouncer, as the postgres user: the app servers' connections pooled by
-# transaction in front of PostgreSQL (the apps set DJANGO_DB_PREPARED_STATEMENTS=0: PgBouncer 1.18
-# keeps no prepared statements), scram-sha-256 with the app's password (POSTGRES_PASSWORD).
+# transaction in front of PostgreSQL (the apps leave DJANGO_DB_PREPARED_STATEMENTS off, its default:
+# PgBouncer 1.18 keeps no prepared statements), scram-sha-256 with the app's password (POSTGRES_PASSWORD).
 set -eu
 : "${POSTGRES_PASSWORD:?set POSTGRES_PASSWORD}"
 umask 077
