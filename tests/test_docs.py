@@ -20,7 +20,7 @@ HEADING = re.compile(r"^#{1,6} +(.+?) *$", re.MULTILINE)
 # setting(env, "X") in Python, and os.environ.setdefault("X", ...), which gives a library's variable
 # our default; ${X:-default} in the shell scripts.
 PYTHON_READ = re.compile(
-    r"""(?:environ\.get|environ\.pop|environ\.setdefault|getenv|env\.(?:str|bool|int|list|get)|env_bool|setting\(env,)\(?\s*"([A-Z][A-Z0-9_]+)"|"""
+    r"""(?:environ\.get|environ\.pop|environ\.setdefault|getenv|env\.(?:str|bool|int|list|get)|env_bool|setting\(env,|networks\(env,)\(?\s*"([A-Z][A-Z0-9_]+)"|"""
     r"""environ\["([A-Z][A-Z0-9_]+)"\]"""
 )
 SHELL_READ = re.compile(r"\$\{([A-Z][A-Z0-9_]+)(?::-|-|:=)")
