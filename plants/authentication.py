@@ -7,7 +7,7 @@ from django.utils import timezone
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 
 from plants import metrics
-from plants.authentication_limit import authentication_failed, refuse_if_over_limit
+from plants.authentication_limit import authenticated, authentication_failed, refuse_if_over_limit
 from plants.exceptions import InvalidToken, MalformedCredentials
 from plants.models import AUTHENTICATION_FIELDS, ApiToken, TokenStatus
 from plants.tokens import MAX_TOKEN_LENGTH, token_digest
@@ -77,7 +77,7 @@ class BearerTokenAuthentication(BaseAuthentication):
     realm = "plants"
 
     def authenticate(self, request):
-        refuse_if_over_limit(request)  # before the header is read: an address over its limit costs nothing
+        refuse_if_over_limit(request)  # before any lookup: an address over its limit costs no query
         parts = get_authorization_header(request).split()
         if not parts or parts[0].lower() != self.keyword:
             # The API's only authenticator: this request ends as 401 UNAUTHENTICATED.
@@ -104,6 +104,7 @@ class BearerTokenAuthentication(BaseAuthentication):
         if status != TokenStatus.ACTIVE:
             self.failed(request, status)
             raise InvalidToken(REFUSED_BECAUSE[status])
+        authenticated(token.digest)
         if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
             # Conditional, so that workers reading the same stale value write it once between them.
             stale = Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)

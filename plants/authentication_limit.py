@@ -6,19 +6,24 @@ worker and server shares (plants/rate_stores.py), as a token's requests do. A re
 token is never counted, and costs nothing more than a lookup in a dict of this process.
 
 Once an address has spent PLANTS_ANONYMOUS_THROTTLE_RATE's failures in a window, the worker that
-counted the last one remembers it until the window ends, and refuses the address's every request
-there with 429 before its header is parsed or its token hashed or looked up: no query, no count.
-Another worker learns it from the next failure it counts itself, so across W workers an address
-gets at most its limit plus W - 1 failed lookups per window.
+counted the last one remembers it until the window ends, and refuses the address's requests there
+with 429 before any token is looked up: no query, no count. Another worker learns it from the next
+failure it counts itself, so across W workers an address gets at most its limit plus W - 1 failed
+lookups per window. A valid token from that address is not refused: the worker keeps the digests of
+the tokens it authenticated lately, and a refused address's request whose token is one of them goes
+on to its lookup as any other (a SHA-256 of its secret, no query, decides). Only a token the worker
+has not authenticated yet waits for the window's end there.
 """
 
 import threading
 
 from django.conf import settings
+from rest_framework.authentication import get_authorization_header
 
 from plants import rate_stores, throttling
 from plants.clients import client_ip
 from plants.exceptions import TooManyAuthenticationFailures
+from plants.tokens import MAX_TOKEN_LENGTH, token_digest
 
 SETTING = "PLANTS_ANONYMOUS_THROTTLE_RATE"
 # The store's keys of these counts, beside the tokens' digests (64 hex digits, never with a colon).
@@ -30,8 +35,13 @@ MAX_ADDRESS_LENGTH = 64 - len(KEY_PREFIX)
 # none has ended, all (each is learnt again from its next failure).
 MAX_REFUSED_ADDRESSES = 10_000
 
+# The digests (never the secrets) of the tokens this process authenticated lately, oldest first:
+# a refused address's request bearing one of them goes on to its lookup.
+MAX_AUTHENTICATED_DIGESTS = 10_000
+
 refused_until: dict[str, float] = {}
 refused_lock = threading.Lock()
+authenticated_digests: dict[str, None] = {}
 # The newest window whose ended counts this process has deleted from the database.
 pruned_window = 0
 
@@ -47,8 +57,26 @@ def refuse_if_over_limit(request) -> None:
     until = refused_until.get(client_ip(request) or "")
     if until is not None and failure_policy() is not None:
         left = until - throttling.clock()
-        if left > 0:
+        if left > 0 and bearer_digest(request) not in authenticated_digests:
             raise TooManyAuthenticationFailures(wait=left)
+
+
+def bearer_digest(request) -> str | None:
+    """The digest of the request's bearer token, if its header holds one; None otherwise."""
+    parts = get_authorization_header(request).split()
+    if len(parts) != 2 or parts[0].lower() != b"bearer" or len(parts[1]) > MAX_TOKEN_LENGTH:
+        return None
+    return token_digest(parts[1].decode("ascii", errors="replace"))
+
+
+def authenticated(digest: str) -> None:
+    """Remember that the token of `digest` authenticated here: from a refused address it still goes on."""
+    if digest in authenticated_digests:
+        return
+    with refused_lock:
+        if len(authenticated_digests) >= MAX_AUTHENTICATED_DIGESTS:
+            del authenticated_digests[next(iter(authenticated_digests))]
+        authenticated_digests[digest] = None
 
 
 def authentication_failed(request) -> None:

@@ -215,7 +215,7 @@ PLANTS_MAX_BODY_BYTES = env.int("PLANTS_MAX_BODY_BYTES", default=4096)
 # Requests per token per window, as DRF reads a rate (checked at start-up by plants.throttling).
 PLANTS_THROTTLE_RATE = env.str("PLANTS_THROTTLE_RATE", default="600/minute")  # empty: no throttle
 # Failed authentications (no token, a bad or refused one) per client address per window, after which
-# the address is refused with 429 before any token is hashed or looked up (plants/authentication_limit.py).
+# the address is refused with 429 before any token is looked up (plants/authentication_limit.py).
 # 60 a minute is a tenth of one token's quota: a client whose token was revoked or mistyped, retrying
 # once a second, still gets its 401 that says why, while an address without a valid token costs at
 # most about one lookup a second. Empty: no limit.

@@ -60,23 +60,28 @@ PROXY_HEADERS = {"Host": PUBLIC_HOST, "X-Forwarded-Proto": "https", "X-Forwarded
 
 
 class ProxiedConnection(http.client.HTTPConnection):
-    """An HTTP connection whose every request carries `headers` (a request's own win)."""
+    """A connection from the TLS proxy's address to the unit on `port`, whose requests arrive as the
+    proxy sends on those of the client at `client` (HAProxy's `option forwardfor` and a set
+    X-Forwarded-Proto, as tests/topologies.py's TlsProxy): the client's headers, Host the public
+    name unless it sent one, `client` appended to any X-Forwarded-For it sent, X-Forwarded-Proto https."""
 
-    def __init__(self, headers: dict, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.headers = headers
+    def __init__(self, port: int, client: str = "127.0.0.1", timeout: float = 10):
+        super().__init__("127.0.0.1", port, timeout=timeout, source_address=(TLS_PROXY_ADDRESS, 0))
+        self.client = client
 
     def request(self, method, url, body=None, headers=None, **kwargs):
-        super().request(method, url, body, {**self.headers, **(headers or {})}, **kwargs)
+        headers = {"Host": PUBLIC_HOST, **(headers or {})}
+        forwarded = headers.get("X-Forwarded-For")
+        headers["X-Forwarded-For"] = f"{forwarded}, {self.client}" if forwarded else self.client
+        headers["X-Forwarded-Proto"] = "https"
+        super().request(method, url, body, headers, **kwargs)
 
 
-class ProxiedTlsConnection(ProxiedConnection, http.client.HTTPSConnection):
-    """The same over TLS."""
+class PublicHostTlsConnection(http.client.HTTPSConnection):
+    """A client's HTTPS connection whose requests name the public host unless they name another."""
 
-
-def connection_as_tls_proxy(port: int, timeout: float = 10) -> ProxiedConnection:
-    """A connection to a unit on `port` that sends requests as the TLS proxy sends a client's on."""
-    return ProxiedConnection(PROXY_HEADERS, "127.0.0.1", port, timeout=timeout, source_address=(TLS_PROXY_ADDRESS, 0))
+    def request(self, method, url, body=None, headers=None, **kwargs):
+        super().request(method, url, body, {"Host": PUBLIC_HOST, **(headers or {})}, **kwargs)
 
 
 class FromTlsProxy(urllib.request.HTTPHandler):

@@ -29,6 +29,7 @@ def three_failures_per_hour(settings, clock, monkeypatch):
     """Three failures per address per hour, and a process that has refused no address yet."""
     settings.PLANTS_ANONYMOUS_THROTTLE_RATE = "3/hour"
     monkeypatch.setattr(authentication_limit, "refused_until", {})
+    monkeypatch.setattr(authentication_limit, "authenticated_digests", {})
     monkeypatch.setattr(authentication_limit, "pruned_window", 0)
 
 
@@ -101,10 +102,26 @@ def test_requests_with_a_valid_token_are_never_counted_nor_cost_a_query_more(
     assert RateLimitCounter.objects.get(key="client:192.0.2.1").count == 3
 
 
-def test_a_valid_token_from_an_address_over_its_limit_is_refused_too_until_the_window_ends(
-    three_failures_per_hour, post, auth_headers, clock
+def test_a_valid_token_from_an_address_over_its_limit_is_served_without_a_wait(
+    three_failures_per_hour, post, auth_headers, django_assert_num_queries
+):
+    post(auth_headers, plant={"id": 1, "name": "Rose"})  # the client's token, authenticated here before
+    for _ in range(3):
+        post()  # another client behind the same address, with a bad token
+
+    refused = post()
+    served = post(auth_headers, plant={"id": 2, "name": "Fern"})
+
+    assert (refused.status_code, refused.json()) == (429, REFUSED)
+    assert (served.status_code, served.json()) == (200, {"id": 2, "name": "Fern"})
+    assert sorted(Plant.objects.values_list("id", flat=True)) == [1, 2]
+
+
+def test_a_valid_token_this_worker_has_not_authenticated_waits_for_the_window_from_a_refused_address(
+    three_failures_per_hour, post, auth_headers, clock, monkeypatch
 ):
     # Telling it valid would take the lookup the limit is there to save.
+    monkeypatch.setattr(authentication_limit, "authenticated_digests", {})
     for _ in range(3):
         post()
 

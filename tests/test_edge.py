@@ -18,7 +18,7 @@ import pytest
 from django.db import connection
 
 from plants.exceptions import ErrorCode
-from tests.live import MakeServe, request
+from tests.live import PUBLIC_HOST, TLS_PROXY_ADDRESS, MakeServe, request
 from tests.topologies import (
     CLUSTER,
     SERVE,
@@ -30,6 +30,10 @@ from tests.topologies import (
 )
 
 pytestmark = pytest.mark.live
+
+# What the TLS proxy in front of a unit adds to a client's request (tests/live.py: PROXY_HEADERS):
+# the raw requests below are sent from its address, as it sends them on.
+PROXIED = b"Host: %s\r\nX-Forwarded-Proto: https\r\n" % PUBLIC_HOST.encode()
 
 
 # Each topology's files live in a folder of its own, not pytest's tmp_path: pytest deletes all but
@@ -104,7 +108,7 @@ def exchange(port: int, data: bytes, linger: float = 1.0) -> tuple[int, http.cli
     """Send bytes as they are; (status, headers, body) of the first answer, and whatever else the
     server sent on that connection before closing it or going quiet for `linger` seconds."""
     received = b""
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+    with socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(TLS_PROXY_ADDRESS, 0)) as conn:
         conn.sendall(data)
         try:
             while chunk := conn.recv(65536):
@@ -139,7 +143,9 @@ def raw_request(port: int, data: bytes) -> tuple[int, http.client.HTTPMessage, b
 
 def create(token: str, body: bytes, extra: bytes = b"") -> bytes:
     return (
-        b"POST /plants HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"POST /plants HTTP/1.1\r\n"
+        + PROXIED
+        + b"Content-Type: application/json\r\n"
         + f"Authorization: Bearer {token}\r\n".encode()
         + extra
         + f"Content-Length: {len(body)}\r\n\r\n".encode()
@@ -149,7 +155,7 @@ def create(token: str, body: bytes, extra: bytes = b"") -> bytes:
 
 def post(headers: bytes, body: bytes) -> bytes:
     """A create with these framing headers and body, as sent (no token: it never needs one)."""
-    return b"POST /plants HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" + headers + b"\r\n" + body
+    return b"POST /plants HTTP/1.1\r\n" + PROXIED + b"Content-Type: application/json\r\n" + headers + b"\r\n" + body
 
 
 PLANT = b'{"id": 1, "name": "Fern"}'
@@ -160,16 +166,16 @@ CHUNKED_PLANT = b"%x\r\n" % len(PLANT) + PLANT + b"\r\n0\r\n\r\n"
 EDGE_REFUSALS = [
     (
         "header-70kb",
-        b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\n" + PROXIED + b"X-Big: " + b"a" * 70_000 + b"\r\n\r\n",
         ErrorCode.HEADERS_TOO_LARGE,
     ),
     (
         "header-12kb",
-        b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 12_000 + b"\r\n\r\n",
+        b"GET /healthz HTTP/1.1\r\n" + PROXIED + b"X-Big: " + b"a" * 12_000 + b"\r\n\r\n",
         ErrorCode.HEADERS_TOO_LARGE,
     ),
-    ("url-20kb", b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", ErrorCode.URI_TOO_LONG),
-    ("url-12kb", b"GET /" + b"a" * 12_000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", ErrorCode.URI_TOO_LONG),
+    ("url-20kb", b"GET /" + b"a" * 20_000 + b" HTTP/1.1\r\n" + PROXIED + b"\r\n", ErrorCode.URI_TOO_LONG),
+    ("url-12kb", b"GET /" + b"a" * 12_000 + b" HTTP/1.1\r\n" + PROXIED + b"\r\n", ErrorCode.URI_TOO_LONG),
     ("negative-length", post(b"Content-Length: -1\r\n", b""), ErrorCode.BAD_REQUEST),
     ("not-http", b"GARBAGE\r\n\r\n", ErrorCode.BAD_REQUEST),
     ("gzip-encoding", post(b"Transfer-Encoding: gzip\r\n", b""), ErrorCode.NOT_IMPLEMENTED),
@@ -227,7 +233,7 @@ def test_refusal_the_edge_answers_itself_is_logged_once_with_the_method_sent(top
 
 def test_http_1_0_get_with_a_body_is_answered(topology):
     status, headers, body = raw_request(
-        topology.port, b"GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 3\r\n\r\nabc"
+        topology.port, b"GET /healthz HTTP/1.0\r\n" + PROXIED + b"Content-Length: 3\r\n\r\nabc"
     )
 
     assert (status, json.loads(body)) == (200, {"status": "ok"})
@@ -254,7 +260,7 @@ def test_health_with_post_returns_405_with_allow(topology):
 def test_forged_newlines_and_unknown_host_leave_one_line_each_in_the_logs(topology):
     forged = '{"method": "GET", "path": "/forged", "status": 200}'
     for path in [f"/x%0a{forged}", f"/x%0d%0a{forged}", f"/x%E2%80%A8{forged}"]:
-        raw_request(topology.port, f"GET {path.replace(' ', '%20')} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        raw_request(topology.port, f"GET {path.replace(' ', '%20')} HTTP/1.1\r\n".encode() + PROXIED + b"\r\n")
     unknown = raw_request(topology.port, b"GET /healthz HTTP/1.1\r\nHost: evil.example\r\n\r\n")
     time.sleep(0.5)
 
@@ -274,7 +280,7 @@ def test_forged_newlines_and_unknown_host_leave_one_line_each_in_the_logs(topolo
 
 def smuggling(name: str, frame) -> tuple[str, bytes]:
     """A create framed by `frame(hidden)` -> (headers, body), hiding GET /smuggled-<name>."""
-    headers, body = frame(b"GET /smuggled-%s HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n" % name.encode())
+    headers, body = frame(b"GET /smuggled-%s HTTP/1.1\r\n%s\r\n" % (name.encode(), PROXIED))
     return name, post(headers, body)
 
 
@@ -332,11 +338,11 @@ def test_smuggled_request_is_refused_or_framed_alike_and_never_reaches_the_app(t
 def test_slow_clients_hold_no_app_thread(topology):
     slow = []
     for _ in range(60):  # headers, one byte a second
-        conn = socket.create_connection(("127.0.0.1", topology.port))
-        conn.sendall(b"POST /plants HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        conn = socket.create_connection(("127.0.0.1", topology.port), source_address=(TLS_PROXY_ADDRESS, 0))
+        conn.sendall(b"POST /plants HTTP/1.1\r\n" + PROXIED + b"X-Slow: ")
         slow.append(conn)
     for _ in range(20):  # whole headers, then a body one byte a second
-        conn = socket.create_connection(("127.0.0.1", topology.port))
+        conn = socket.create_connection(("127.0.0.1", topology.port), source_address=(TLS_PROXY_ADDRESS, 0))
         conn.sendall(create(topology.token, b"").replace(b"Content-Length: 0\r\n", b"Content-Length: 4000\r\n") + b"{")
         slow.append(conn)
     stop = threading.Event()
@@ -374,8 +380,10 @@ HEADER_TIMEOUT = 15
 
 def test_client_that_stops_sending_headers_is_dropped_without_an_answer(topology):
     timeout = HEADER_TIMEOUT
-    with socket.create_connection(("127.0.0.1", topology.port), timeout=timeout + 5) as conn:
-        conn.sendall(b"POST /plants HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Stalled: ")
+    with socket.create_connection(
+        ("127.0.0.1", topology.port), timeout=timeout + 5, source_address=(TLS_PROXY_ADDRESS, 0)
+    ) as conn:
+        conn.sendall(b"POST /plants HTTP/1.1\r\n" + PROXIED + b"X-Stalled: ")
         started = time.monotonic()
         try:
             received = conn.recv(65536)
@@ -401,7 +409,7 @@ def test_keep_alive_load_is_shared_by_every_worker(topology):
     before = {pid: cpu_ticks(pid) for pid in workers}
 
     def client():
-        conn = http.client.HTTPConnection("127.0.0.1", topology.port, timeout=10)  # one keep-alive connection
+        conn = topology.connection()  # one keep-alive connection
         for _ in range(150):
             conn.request("GET", "/healthz")
             assert conn.getresponse().read() == b'{"status": "ok"}'

@@ -24,7 +24,7 @@ from tests.live import (
     DEPLOYED_SETTINGS,
     PUBLIC_HOST,
     Load,
-    connection_as_tls_proxy,
+    ProxiedConnection,
     request,
     wait_for_app_workers,
     wait_for_exit,
@@ -460,7 +460,7 @@ def test_with_opentelemetry_on_its_workers_export_spans_in_the_caller_s_trace_fr
     trace_id = os.urandom(16).hex()
     service.configure(OTEL_TRACES_EXPORTER="otlp_json_file", OTEL_BSP_SCHEDULE_DELAY="50").start()
     token = service.token()
-    connection = connection_as_tls_proxy(service.port)
+    connection = ProxiedConnection(service.port)
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     connection.request(
         "POST", "/plants", '{"id": 1, "name": "Fern"}', {**headers, "traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"}

@@ -18,12 +18,11 @@ from django.core.management import call_command
 from deploy.cluster import Cluster
 from deploy.processes import ROOT, ServerProcess, free_port, wait_until
 from tests.live import (
-    PROXY_HEADERS,
     PUBLIC_HOST,
     TLS_PROXY_ADDRESS,
     MakeServe,
     ProxiedConnection,
-    ProxiedTlsConnection,
+    PublicHostTlsConnection,
     live_cluster,
 )
 
@@ -123,21 +122,12 @@ class Topology:
 
     def connection(self, source: str = "127.0.0.1", timeout: float = 10) -> http.client.HTTPConnection:
         """A client at the loopback address `source` sending requests to the public host name: through
-        the TLS proxy, or, where the topology has none, as the TLS proxy sends them on (from its
-        address, with its headers, naming `source` as the client)."""
+        the TLS proxy, or, where the topology has none, as the TLS proxy sends them on."""
         if self.ssl_context:
-            return ProxiedTlsConnection(
-                {"Host": PUBLIC_HOST},
-                "127.0.0.1",
-                self.port,
-                timeout=timeout,
-                source_address=(source, 0),
-                context=self.ssl_context,
+            return PublicHostTlsConnection(
+                "127.0.0.1", self.port, timeout=timeout, source_address=(source, 0), context=self.ssl_context
             )
-        headers = {**PROXY_HEADERS, "X-Forwarded-For": source}
-        return ProxiedConnection(
-            headers, "127.0.0.1", self.port, timeout=timeout, source_address=(TLS_PROXY_ADDRESS, 0)
-        )
+        return ProxiedConnection(self.port, client=source, timeout=timeout)
 
     def log(self) -> str:
         return "".join(self._logs())
