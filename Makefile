@@ -133,23 +133,23 @@ $(VENV)/django-peers/.installed: requirements.txt bench/peers/requirements-djang
 
 bench: $(VENV)/.dev $(VENV)/peers/.installed $(VENV)/django-peers/.installed ## benchmark POST /plants beside a bare Django view, DRF and django-ninja peers and a FastAPI peer (wrk, PostgreSQL); writes BENCHMARKS.md
 	scripts/debian-packages postgresql wrk redis-server nginx
-	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
+	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_DURABLE=1 PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
 		scripts/with-postgres $(PYTHON) -m bench.run
 
 
 
 bench-inprocess: $(VENV)/.dev ## CPU µs per POST /plants in-process (WSGI app called directly, PostgreSQL); BASELINE=<commit> for an A/B
 	scripts/debian-packages postgresql
-	PG_TCP_PORT=$${PG_TCP_PORT:-55432} scripts/with-postgres $(PYTHON) -m bench.inprocess
+	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_DURABLE=1 scripts/with-postgres $(PYTHON) -m bench.inprocess
 
 profile: $(VENV)/.dev ## profile POST /plants under load with py-spy: writes bench/flamegraph.svg, prints CPU per request by part
 	scripts/debian-packages postgresql wrk
-	PG_TCP_PORT=$${PG_TCP_PORT:-55432} scripts/with-postgres $(PYTHON) -m bench.profile
+	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_DURABLE=1 scripts/with-postgres $(PYTHON) -m bench.profile
 
 bench-cluster: $(VENV)/.dev ## creates/s through make cluster's front (nginx) and HAProxy with one and with two app servers (wrk), on one PostgreSQL and on the failover pair
 	scripts/debian-packages postgresql pgbouncer redis-server haproxy wrk
 	scripts/debian-packages $(FAILOVER_PACKAGES)
-	scripts/with-postgres $(PYTHON) -m bench.cluster
+	PG_DURABLE=1 scripts/with-postgres $(PYTHON) -m bench.cluster
 
 mutants: $(VENV)/.dev ## plant hand-made bugs in the rules (scripts/mutants.py); fails if make check misses one
 	$(PYTHON) scripts/mutants.py

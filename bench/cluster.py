@@ -11,7 +11,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from bench.run import manage, wrk
+from bench.run import BENCH_HOST, manage, wrk
 from deploy.cluster import Cluster
 from deploy.database import FailoverDatabase
 
@@ -21,7 +21,7 @@ CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", 32))
 ENV = {
     "DJANGO_DEBUG": "0",
     "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
-    "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
+    "DJANGO_ALLOWED_HOSTS": BENCH_HOST,  # the load names it (bench/create.lua)
     "PLANTS_THROTTLE_RATE": "100000000/second",  # on, so its Redis round trip is measured
 }
 

@@ -1,5 +1,6 @@
 -- wrk script: POST /plants (or the bare view) with a unique id per request and a real token.
--- Environment: BENCH_TOKEN (the bearer token), BENCH_ID_BASE (ids of this round start above it).
+-- Environment: BENCH_TOKEN (the bearer token), BENCH_ID_BASE (ids of this round start above it),
+-- BENCH_HOST (the public host name the servers allow, sent as Host).
 -- Lua's numbers are doubles, exact only up to 2^53: bench/run.py keeps every id far below that,
 -- or neighbouring ids would round to the same value and collide.
 -- Prints one JSON line with the round's figures when done.
@@ -7,6 +8,7 @@ local counter = 0
 local threads = {}
 local token = os.getenv("BENCH_TOKEN")
 local id_base = tonumber(os.getenv("BENCH_ID_BASE") or "0")
+local host = os.getenv("BENCH_HOST")
 
 function setup(thread)
   thread:set("thread_index", #threads)
@@ -17,6 +19,7 @@ function init(args)
   wrk.method = "POST"
   wrk.headers["Content-Type"] = "application/json"
   wrk.headers["Authorization"] = "Bearer " .. token
+  if host then wrk.headers["Host"] = host end
 end
 
 function request()

@@ -27,7 +27,7 @@ RUNS = int(os.environ.get("BENCH_RUNS", 5))
 ENV = {
     "DJANGO_SETTINGS_MODULE": "bench.settings",
     "DJANGO_DEBUG": "0",
-    "DJANGO_ALLOWED_HOSTS": "127.0.0.1",
+    "DJANGO_ALLOWED_HOSTS": "plants.example.com",  # as .env.example has it
     # Per day: counted on every request, never reached.
     "PLANTS_THROTTLE_RATE": "100000000/day",
 }
@@ -39,8 +39,8 @@ def environ(token: str, plant_id: int) -> dict:
     request = {
         "REQUEST_METHOD": "POST",
         "PATH_INFO": "/plants",
-        "SERVER_NAME": "127.0.0.1",
-        "HTTP_HOST": "127.0.0.1:8000",
+        "SERVER_NAME": "plants.example.com",
+        "HTTP_HOST": "plants.example.com",
         "CONTENT_TYPE": "application/json",
         "CONTENT_LENGTH": str(len(body)),
         "HTTP_AUTHORIZATION": f"Bearer {token}",

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.run import ENV, ID_BLOCK, LOG_DIR, WRK_THREADS, cpu_seconds, manage
+from bench.run import BENCH_HOST, ENV, ID_BLOCK, LOG_DIR, WRK_THREADS, cpu_seconds, manage
 from bench.servers import service
 from deploy.processes import ROOT
 
@@ -66,7 +66,7 @@ def part_of(stack: list[str]) -> str:
 
 def load(url: str, token: str, id_base: int, seconds: int) -> subprocess.Popen:
     command = ["wrk", f"-t{WRK_THREADS}", f"-c{CONNECTIONS}", f"-d{seconds}s", "-s", "bench/create.lua", url]
-    environment = {**os.environ, "BENCH_TOKEN": token, "BENCH_ID_BASE": str(id_base)}
+    environment = {**os.environ, "BENCH_TOKEN": token, "BENCH_ID_BASE": str(id_base), "BENCH_HOST": BENCH_HOST}
     return subprocess.Popen(command, cwd=ROOT, env=environment, stdout=subprocess.PIPE, text=True)
 
 

@@ -19,7 +19,16 @@ from django.db import connection
 from deploy.cluster import Cluster
 from deploy.processes import ROOT, descendants, free_port, wait_until
 from plants.models import Plant
-from tests.live import Load, create_many, live_cluster, request, start_make, wait_for_exit, wait_until_healthy
+from tests.live import (
+    DEPLOYED_SETTINGS,
+    Load,
+    create_many,
+    live_cluster,
+    request,
+    start_make,
+    wait_for_exit,
+    wait_until_healthy,
+)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
@@ -178,7 +187,12 @@ def test_rolling_restart_under_load_fails_no_request_and_loses_no_create(cluster
 def test_make_cluster_restarts_on_sighup_and_stops_on_sigterm_leaving_nothing_running(tmp_path):
     port = free_port()
     log = tmp_path / "cluster.log"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "DATABASE_"))}, "PORT": str(port)}
+    # .env.example's settings, as an operator exports them (make cluster makes its own database).
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "DATABASE_", "PLANTS_"))},
+        **DEPLOYED_SETTINGS,
+        "PORT": str(port),
+    }
     make = start_make("cluster", env, log)
     try:
         assert wait_until_healthy(f"http://127.0.0.1:{port}", make, timeout=120), log.read_text()
@@ -195,6 +209,7 @@ def test_make_cluster_restarts_on_sighup_and_stops_on_sigterm_leaving_nothing_ru
         while "every unit restarted" not in log.read_text() and time.monotonic() < deadline:
             time.sleep(0.2)
         health = request(f"http://127.0.0.1:{port}/healthz")
+        other_host = request(f"http://127.0.0.1:{port}/healthz", Host="127.0.0.1")
         processes += descendants(make.pid)
         os.kill(script, signal.SIGTERM)
 
@@ -204,6 +219,7 @@ def test_make_cluster_restarts_on_sighup_and_stops_on_sigterm_leaving_nothing_ru
             os.killpg(make.pid, signal.SIGKILL)
     assert "every unit restarted" in log.read_text()
     assert (health[0], health[2]) == (200, '{"status": "ok"}')
+    assert (other_host[0], json.loads(other_host[2])) == (400, {"error": 40000, "message": "Bad request."})
     assert wait_for_exit(processes) == []
 
 
