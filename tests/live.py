@@ -92,15 +92,23 @@ class FromTlsProxy(urllib.request.HTTPHandler):
 
 
 AS_TLS_PROXY = urllib.request.build_opener(FromTlsProxy)
+DIRECT = urllib.request.build_opener()
 
 
 def request(
-    url: str, body=None, token: str | None = None, method: str | None = None, timeout: float = 10, **headers: str
+    url: str,
+    body=None,
+    token: str | None = None,
+    method: str | None = None,
+    timeout: float = 10,
+    via_tls_proxy: bool = True,
+    **headers: str,
 ):
-    """(status, headers, text) of one request, sent as the TLS proxy sends a client's on, with
-    `headers` (underscores for dashes) in place of its own; status None when the connection failed."""
+    """(status, headers, text) of one request to the public host name, sent as the TLS proxy sends a
+    client's on (or, not `via_tls_proxy`, by the client itself), with `headers` (underscores for
+    dashes) in place of its own; status None when the connection failed."""
     headers = {
-        **PROXY_HEADERS,
+        **(PROXY_HEADERS if via_tls_proxy else {"Host": PUBLIC_HOST}),
         "Content-Type": "application/json",
         **{k.replace("_", "-"): v for k, v in headers.items()},
     }
@@ -109,7 +117,7 @@ def request(
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, headers=headers, method=method)
     try:
-        with AS_TLS_PROXY.open(req, timeout=timeout) as response:
+        with (AS_TLS_PROXY if via_tls_proxy else DIRECT).open(req, timeout=timeout) as response:
             return response.status, response.headers, response.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.headers, error.read().decode()
@@ -129,7 +137,7 @@ class Load:
     each waiting `pause` seconds between its requests, each waiting up to `timeout` seconds for its
     answer; remembers every answer. With `retry`, a client sends a create answered 503 (or not
     answered) again, as the README advises, `pause` (at least 0.1 s) later, until it is answered
-    otherwise or the load stops."""
+    otherwise or the load stops. Sent as the TLS proxy sends them on, unless not `via_tls_proxy`."""
 
     def __init__(
         self,
@@ -141,9 +149,10 @@ class Load:
         timeout: float = 10,
         retry: bool = False,
         first_id: int = 1,
+        via_tls_proxy: bool = True,
     ):
         self.url, self.token, self.limit, self.pause, self.timeout = url, token, limit, pause, timeout
-        self.retry, self.first_id = retry, first_id
+        self.retry, self.first_id, self.via_tls_proxy = retry, first_id, via_tls_proxy
         # (id, status, content type, text, when the request was sent)
         self.answers: list[tuple[int, int | None, str, str, float]] = []
         self.stopped = threading.Event()
@@ -166,7 +175,11 @@ class Load:
     def create(self, plant_id: int) -> int | None:
         sent = time.monotonic()
         status, headers, text = request(
-            self.url, {"id": plant_id, "name": f"load-{plant_id}"}, self.token, timeout=self.timeout
+            self.url,
+            {"id": plant_id, "name": f"load-{plant_id}"},
+            self.token,
+            timeout=self.timeout,
+            via_tls_proxy=self.via_tls_proxy,
         )
         content_type = headers.get("Content-Type", "") if headers else ""
         with self.lock:
@@ -193,12 +206,17 @@ class Load:
 
 
 def wait_until_healthy(
-    url: str, process: subprocess.Popen, timeout: float, expected: int = 200, path: str = "/healthz"
+    url: str,
+    process: subprocess.Popen,
+    timeout: float,
+    expected: int = 200,
+    path: str = "/healthz",
+    host: str = PUBLIC_HOST,
 ) -> bool:
-    """Poll `url` + `path` (with the public host name) until it answers `expected`; False if
-    `process` exits or time runs out."""
+    """Poll `url` + `path` (naming `host`) until it answers `expected`; False if `process` exits or
+    time runs out."""
     try:
-        wait_until(lambda: http_status(f"{url}{path}", host=PUBLIC_HOST) == expected, process, timeout, url)
+        wait_until(lambda: http_status(f"{url}{path}", host=host) == expected, process, timeout, url)
     except RuntimeError:
         return False
     return True
@@ -293,7 +311,7 @@ class LivePrometheus:
 
     def query(self, promql: str) -> dict[tuple, float]:
         """An instant query's vector: {(label values, sorted by label name): value}."""
-        status, _, text = request(f"{self.url}/api/v1/query?{urlencode({'query': promql})}")
+        status, _, text = request(f"{self.url}/api/v1/query?{urlencode({'query': promql})}", via_tls_proxy=False)
         if status != 200:
             raise RuntimeError(f"prometheus answered {status}: {text}")
         return {

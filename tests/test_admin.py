@@ -1,6 +1,5 @@
 """The Django admin: browsing plants, issuing and revoking tokens."""
 
-import http.client
 import re
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from django.utils import timezone
 from plants.models import ApiToken, Plant
 from plants.services import token_issue
 from plants.tokens import token_digest
-from tests.live import ROOT, MakeServe
+from tests.live import PUBLIC_HOST, ROOT, MakeServe, ProxiedConnection
 
 pytestmark = pytest.mark.django_db
 
@@ -321,16 +320,17 @@ def test_a_login_clears_only_that_users_failures_from_that_address(admins):
 
 
 class Browser:
-    """A browser on one loopback address (its connections' source), keeping its cookies."""
+    """A browser at one loopback address whose requests reach the unit through the TLS proxy, keeping its cookies."""
 
     def __init__(self, port: int, address: str):
         self.port, self.address, self.cookies = port, address, SimpleCookie()
 
     def send(self, method: str, path: str, form: dict | None = None, headers: dict | None = None):
         """(status, headers, text) of one request, on a new connection from this browser's address."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30, source_address=(self.address, 0))
-        origin = f"http://127.0.0.1:{self.port}"
-        sent = {"Host": f"127.0.0.1:{self.port}", "Accept": "text/html", **(headers or {})}
+        # Through the TLS proxy: the page's origin is the public host's, over HTTPS.
+        conn = ProxiedConnection(self.port, client=self.address, timeout=30)
+        origin = f"https://{PUBLIC_HOST}"
+        sent = {"Accept": "text/html", **(headers or {})}
         if self.cookies:
             sent["Cookie"] = "; ".join(f"{name}={morsel.value}" for name, morsel in self.cookies.items())
         body = None
@@ -358,7 +358,7 @@ class Browser:
 @pytest.mark.live
 @pytest.mark.own_database
 def test_lockout_through_make_serve_locks_the_address_that_failed_not_the_user(tmp_path):
-    server = MakeServe(tmp_path, DJANGO_SECURE_COOKIES="0").start()
+    server = MakeServe(tmp_path).start()
     try:
         subprocess.run(
             [sys.executable, "manage.py", "createsuperuser", "--no-input", "--username", "admin", "--email", "a@x.org"],

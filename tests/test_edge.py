@@ -445,8 +445,8 @@ def admin_login(topology, source: str, password: str, headers: dict | None = Non
             headers={
                 "Content-Type": "application/x-www-form-urlencoded",
                 "Cookie": f"csrftoken={cookie}",
-                "Origin": topology.url,
-                "Referer": f"{topology.url}/admin/login/",
+                "Origin": f"https://{PUBLIC_HOST}",
+                "Referer": f"https://{PUBLIC_HOST}/admin/login/",
                 **(headers or {}),
             },
         )

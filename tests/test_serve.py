@@ -15,7 +15,16 @@ from pathlib import Path
 import pytest
 
 from deploy.processes import children, wait_until
-from tests.live import DEPLOYED_SETTINGS, PUBLIC_HOST, Load, MakeServe, live_unit, request, wait_for_exit
+from tests.live import (
+    DEPLOYED_SETTINGS,
+    PUBLIC_HOST,
+    TLS_PROXY_ADDRESS,
+    Load,
+    MakeServe,
+    live_unit,
+    request,
+    wait_for_exit,
+)
 
 # make serve on a SQLite file of its own (tests/live.py: MakeServe), or on no reachable database.
 pytestmark = [pytest.mark.live, pytest.mark.own_database]
@@ -130,9 +139,11 @@ def test_a_request_begun_before_a_reload_is_answered_after_it_by_the_old_app_ser
     token = served.token()
     old_app = served.pid_of(b"bin/granian")
     body = json.dumps({"id": 7, "name": "Sent slowly, across the reload"}).encode()
-    connection = socket.create_connection(("127.0.0.1", served.port), timeout=30)
+    # Sent as the TLS proxy sends it on.
+    connection = socket.create_connection(("127.0.0.1", served.port), timeout=30, source_address=(TLS_PROXY_ADDRESS, 0))
     connection.sendall(
-        b"POST /plants HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"POST /plants HTTP/1.1\r\nHost: {PUBLIC_HOST}\r\nX-Forwarded-Proto: https\r\n".encode()
+        + b"Content-Type: application/json\r\n"
         + f"Authorization: Bearer {token}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
     )
     sent = 0

@@ -31,7 +31,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from deploy.processes import free_port
-from tests.live import MakeServe, start_make, wait_until_healthy
+from tests.live import PUBLIC_HOST, MakeServe, start_make, wait_until_healthy
 from tests.topologies import CLUSTER, SERVE, Topology, running_cluster, topology_of_cluster, topology_of_served
 
 pytestmark = pytest.mark.live
@@ -145,7 +145,7 @@ def traced(request) -> Traced:
     return request.getfixturevalue(f"{request.param}_topology")
 
 
-def send(topology, path: str = "/plants", body: dict | None = None, host: str = "127.0.0.1", **headers: str):
+def send(topology, path: str = "/plants", body: dict | None = None, host: str = PUBLIC_HOST, **headers: str):
     """POST `body` with the topology's token and `headers`; (status, the request's log line)."""
     request_id = os.urandom(8).hex()
     connection = topology.connection()
@@ -286,9 +286,10 @@ def test_make_run_s_development_server_exports_the_request_s_span_in_the_caller_
     }
     run = start_make("run", env, log)
     try:
-        assert wait_until_healthy(f"http://127.0.0.1:{port}", run, timeout=60), log.read_text()
+        # make run serves the development default hosts (localhost, 127.0.0.1).
+        assert wait_until_healthy(f"http://127.0.0.1:{port}", run, timeout=60, host="127.0.0.1"), log.read_text()
         topology = Topology("run", port, env, lambda: [log.read_text()], lambda: [])
-        status, line = send(topology, traceparent=f"00-{trace_id}-{PARENT_ID}-01")
+        status, line = send(topology, host="127.0.0.1", traceparent=f"00-{trace_id}-{PARENT_ID}-01")
         spans = spans_of(Traced(topology, lambda: spans_in_log(topology)), trace_id)
     finally:
         os.killpg(run.pid, signal.SIGTERM)
