@@ -11,7 +11,8 @@ Signals, as an operator or a process supervisor sends them:
 - SIGKILL: the servers get SIGTERM from the kernel (PR_SET_PDEATHSIG), so none is left running.
 
 Under systemd (deploy/plantstore.service, Type=notify) it tells systemd when it is ready: once
-/healthz answers 200 through nginx.
+/livez answers 200 through nginx. A database or Redis that is down then does not stop it: /healthz
+and the API answer 503 Error bodies until it is back, then it serves without a restart.
 """
 
 import os

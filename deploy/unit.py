@@ -166,7 +166,7 @@ class Unit:
         return self.run_dir / f"app.{self.generation}.sock"
 
     def launch(self) -> None:
-        """Start the app server, then nginx once the app's socket accepts; do not wait for /healthz."""
+        """Start the app server, then nginx once the app's socket accepts; do not wait for /livez."""
         self.run_dir = Path(tempfile.mkdtemp(prefix=f"plantstore-{self.name}."))
         self.run_dir.chmod(0o755)  # nginx's workers (nobody, when started as root) reach the socket through it
         empty_metrics_folder(Path(self.app_env()["PROMETHEUS_MULTIPROC_DIR"]))
@@ -219,24 +219,26 @@ class Unit:
             raise
         return app
 
-    def wait_ready(self, expect_health: int = 200, timeout: float = 60) -> None:
-        """Wait until /healthz through nginx answers `expect_health`; RuntimeError with the log if not."""
+    def wait_ready(self, timeout: float = 60) -> None:
+        """Wait until /livez through nginx answers 200: nginx and the app serve. Its dependencies
+        need not answer yet: until they do, /healthz and the API answer 503 Error bodies, and the
+        unit serves as soon as they are back, without a restart. RuntimeError with the log if not."""
 
         def ready() -> bool:
             if not self.app.running():
                 raise RuntimeError(f"{self.name}: the app server exited ({self.app.process.returncode})")
-            return http_status(f"{self.url}/healthz", host=self.probe_host) == expect_health
+            return http_status(f"{self.url}/livez", host=self.probe_host) == 200
 
         try:
             wait_until(ready, self.nginx.process, timeout, f"{self.name} on {self.url}")
         except RuntimeError as error:
             raise RuntimeError(f"{error}\n{self.log()}") from None
 
-    def start(self, expect_health: int = 200, timeout: float = 60) -> "Unit":
+    def start(self, timeout: float = 60) -> "Unit":
         """launch() and wait_ready(); on any failure, Ctrl-C included, stop what was started."""
         try:
             self.launch()
-            self.wait_ready(expect_health, timeout)
+            self.wait_ready(timeout)
         except BaseException:
             self.stop()
             raise

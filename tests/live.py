@@ -252,8 +252,8 @@ def live_env(**env: str) -> dict:
 class LiveUnit(Unit):
     """A Unit whose start() also waits for every app worker (wait_for_app_workers)."""
 
-    def start(self, expect_health: int = 200, timeout: float = 60) -> "LiveUnit":
-        super().start(expect_health, timeout)
+    def start(self, timeout: float = 60) -> "LiveUnit":
+        super().start(timeout)
         wait_for_app_workers(self.log, self.app.process)
         return self
 
@@ -384,7 +384,8 @@ class MakeServe:
                 stderr=self.terminal,
                 preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
             )
-        if not wait_until_healthy(self.url, self.process, timeout=90):
+        # Ready as the unit says it is: once /livez answers (its dependencies may still be down).
+        if not wait_until_healthy(self.url, self.process, timeout=90, path="/livez"):
             self.stop()
             raise RuntimeError(f"make serve did not come up:\n{self.log()}")
         wait_for_app_workers(self.log, self.process)

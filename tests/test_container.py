@@ -11,6 +11,7 @@ import urllib.request
 
 import pytest
 
+from deploy.cluster import Redis
 from deploy.processes import free_port
 from tests import live
 from tests.containers import Podman
@@ -129,6 +130,38 @@ def test_the_image_declares_its_port_user_stop_signal_and_a_health_check_that_pa
     # With only the public host name allowed (container.env), as the docs run it.
     assert podman("healthcheck", "run", container.name, check=False).returncode == 0
     assert not [line for line in config["Env"] if line.startswith(("DJANGO_SECRET_KEY", "PIP_", "SSL_CERT"))]
+
+
+def test_a_rate_limit_store_down_at_start_does_not_stop_it_and_it_serves_once_the_store_is_back(podman, image):
+    redis, port = Redis(), free_port()  # Redis's port chosen, not started: down when the container starts
+    # On the host's network, so that it reaches the host's loopback Redis once that starts.
+    server = Container(podman, image, "store-down", REDIS_URL=redis.url, PLANTS_LISTEN=f"127.0.0.1:{port}")
+    server.one_off("python", "manage.py", "migrate", "--no-input")
+    podman("run", "-d", "--name", server.name, "--network", "host", *server.options(), image)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        assert wait_until_healthy(url, None, timeout=60, path="/livez"), server.logs()
+        token = server.token()
+        health, create = request(f"{url}/healthz"), request(f"{url}/plants", {"id": 1, "name": "Rose"}, token)
+        unhealthy = podman("healthcheck", "run", server.name, check=False).returncode
+        redis.start()
+        assert wait_until_healthy(url, None, timeout=15), server.logs()
+        after = request(f"{url}/plants", {"id": 2, "name": "Fern"}, token)
+        healthy = podman("healthcheck", "run", server.name, check=False).returncode
+        inspected = podman.inspect(server.name)
+    finally:
+        redis.stop()
+
+    assert (health[0], json.loads(health[2])) == (
+        503,
+        {"error": 50300, "message": "The rate-limit store does not answer."},
+    )
+    assert (create[0], json.loads(create[2])["error"]) == (503, 50300)
+    assert (unhealthy, healthy) == (1, 0)
+    assert (after[0], json.loads(after[2])) == (200, {"id": 2, "name": "Fern"})
+    # The processes it started with: never restarted.
+    assert (inspected["State"]["Status"], inspected["RestartCount"]) == ("running", 0)
+    assert server.stored_ids() == {2}
 
 
 def test_the_image_holds_the_app_and_its_venv_but_no_checkout_caches_or_secrets(podman, image, tmp_path):

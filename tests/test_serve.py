@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from deploy.cluster import Redis
 from deploy.processes import children, wait_until
 from tests.live import (
     DEPLOYED_SETTINGS,
@@ -97,6 +98,34 @@ def test_with_env_example_s_settings_it_is_ready_serves_the_tls_proxy_s_requests
     assert server.stored_ids() == {1, *range(100, 300)}
 
 
+STORE_DOWN = '{"error": 50300, "message": "The rate-limit store does not answer."}'
+CANNOT_COUNT = {"error": 50300, "message": "The service cannot reach its rate-limit store; retry later."}
+
+
+def test_a_rate_limit_store_down_at_start_does_not_stop_it_and_it_serves_once_the_store_is_back(tmp_path):
+    redis = Redis()  # its port chosen, not started: down when make serve starts
+    server = MakeServe(tmp_path, REDIS_URL=redis.url, PLANTS_THROTTLE_RATE="600/minute").start()
+    try:
+        token = server.token()
+        health, create = (
+            request(f"{server.url}/healthz"),
+            request(f"{server.url}/plants", {"id": 1, "name": "Rose"}, token),
+        )
+        redis.start()
+        wait_until(lambda: request(f"{server.url}/healthz")[0] == 200, server.process, 15, "/healthz with Redis back")
+        after = request(f"{server.url}/plants", {"id": 2, "name": "Fern"}, token)
+    finally:
+        server.stop()
+        redis.stop()
+
+    assert "serve: nginx on" in server.log()  # its ready line, with the store down
+    assert (health[0], health[2]) == (503, STORE_DOWN)
+    assert (create[0], json.loads(create[2])) == (503, CANNOT_COUNT)
+    assert (after[0], json.loads(after[2])) == (200, {"id": 2, "name": "Fern"})
+    assert "serve: a server exited" not in server.log()  # served by the processes it started with
+    assert server.stored_ids() == {2}
+
+
 def test_only_nginx_s_workers_may_open_the_app_server_s_socket(served):
     nginx_worker = next(
         pid for pid in served.descendants() if b"nginx: worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -173,7 +202,7 @@ def test_a_request_begun_before_a_reload_is_answered_after_it_by_the_old_app_ser
 
 def test_a_reload_nginx_refuses_the_config_of_leaves_the_running_version_serving(tmp_path):
     unreachable = f"postgres://nobody@{str(tmp_path / 'no-server').replace('/', '%2F')}/plantstore"
-    unit = live_unit(tmp_path, DATABASE_URL=unreachable).start(expect_health=503)
+    unit = live_unit(tmp_path, DATABASE_URL=unreachable).start()
     try:
         app, nginx = unit.app.process.pid, unit.nginx.process.pid
         nginx_workers = children(nginx)

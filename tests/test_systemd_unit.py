@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from deploy.cluster import Redis
 from deploy.processes import ROOT, children, descendants, free_port, http_status, wait_until
 from tests.live import (
     DEPLOYED_SETTINGS,
@@ -483,3 +484,27 @@ def test_with_opentelemetry_on_its_workers_export_spans_in_the_caller_s_trace_fr
     log_line = next(line for line in service.log().splitlines() if trace_id in line and " plants.requests " in line)
     assert (status, span["name"], span["parentSpanId"]) == (200, "POST /plants", "00f067aa0ba902b7")
     assert f'"trace_id": "{trace_id}", "span_id": "{span["spanId"]}"' in log_line
+
+
+@pytest.mark.live
+@as_root
+def test_it_is_ready_with_its_rate_limit_store_down_and_serves_once_the_store_is_back(service):
+    redis = Redis()  # its port chosen, not started: down when the unit starts
+    service.configure(REDIS_URL=redis.url).start()
+    try:
+        token = service.token()
+        health = request(f"{service.url}/healthz")
+        create = request(f"{service.url}/plants", {"id": 1, "name": "Rose"}, token)
+        redis.start()
+        wait_until(lambda: request(f"{service.url}/healthz")[0] == 200, service.process, 15, "/healthz with Redis back")
+        after = request(f"{service.url}/plants", {"id": 2, "name": "Fern"}, token)
+    finally:
+        redis.stop()
+
+    assert service.health_when_ready == 503  # READY=1 came with the store down
+    assert (health[0], json.loads(health[2])) == (
+        503,
+        {"error": 50300, "message": "The rate-limit store does not answer."},
+    )
+    assert (create[0], json.loads(create[2])["error"]) == (503, 50300)
+    assert (after[0], json.loads(after[2])) == (200, {"id": 2, "name": "Fern"})
