@@ -13,8 +13,10 @@ import time
 from pathlib import Path
 from string import Template
 
-ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent  # the venv's scripts: gunicorn, granian, …
+# Where the code is, as configured (the path it was started by, not resolved): a release switched by
+# a symlink (/opt/plantstore -> a release's folder) is what the next app server runs (a reload).
+ROOT = Path(os.path.abspath(__file__)).parent.parent
+BIN = Path(sys.executable).parent  # the venv's scripts: gunicorn, granian, … (as configured, too)
 
 _PR_SET_PDEATHSIG = 1
 

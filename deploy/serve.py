@@ -20,9 +20,9 @@ import signal
 import socket
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# The checkout as configured, not resolved: a release switched by a symlink is what a reload runs.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from deploy.unit import Unit  # noqa: E402
 

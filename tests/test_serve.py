@@ -9,15 +9,18 @@ import pty
 import shutil
 import signal
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from deploy.cluster import Redis
-from deploy.processes import children, wait_until
+from deploy.processes import ROOT, children, free_port, wait_until
 from tests.live import (
     DEPLOYED_SETTINGS,
+    LIVE_SETTINGS,
     PUBLIC_HOST,
     TLS_PROXY_ADDRESS,
     Load,
@@ -124,6 +127,74 @@ def test_a_rate_limit_store_down_at_start_does_not_stop_it_and_it_serves_once_th
     assert (after[0], json.loads(after[2])) == (200, {"id": 2, "name": "Fern"})
     assert "serve: a server exited" not in server.log()  # served by the processes it started with
     assert server.stored_ids() == {2}
+
+
+def release(folder: Path, version: str) -> Path:
+    """A release's folder as a deploy makes it: the code, and a venv (here the run's own, linked)."""
+    shutil.copytree(ROOT, folder, ignore=shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.sqlite3", "static*"))
+    (folder / ".venv").symlink_to(Path(sys.executable).parent.parent)
+    settings = folder / "plantstore_site" / "settings.py"
+    settings.write_text(settings.read_text().replace('"VERSION": "1.0.0"', f'"VERSION": "{version}"'))
+    return folder
+
+
+def test_a_reload_after_the_release_link_is_switched_serves_the_new_release_under_load(tmp_path):
+    # docs/deploying.md's release steps: /opt/plantstore is a link to the release that runs.
+    current = tmp_path / "current"
+    current.symlink_to(release(tmp_path / "releases" / "1", "1.0.0"))
+    release(tmp_path / "releases" / "2", "2.0.0")
+    port, log = free_port(), tmp_path / "serve.log"
+    env = {
+        **os.environ,
+        **LIVE_SETTINGS,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "DJANGO_STATIC_ROOT": str(tmp_path / "static"),
+        "PLANTS_LISTEN": f"127.0.0.1:{port}",
+    }
+    python = str(current / ".venv" / "bin" / "python")
+    for step in (["migrate", "--no-input"], ["collectstatic", "--no-input", "-v", "0"]):
+        subprocess.run([python, "manage.py", *step], cwd=current, env=env, check=True, capture_output=True)
+    token = subprocess.run(
+        [python, "manage.py", "token", "issue", "releases"],
+        cwd=current,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    with log.open("wb") as output:  # as the systemd unit's ExecStart runs it, by the link's path
+        serve = subprocess.Popen(
+            [python, str(current / "deploy" / "serve.py")],
+            cwd=current,
+            env=env,
+            stdout=output,
+            stderr=output,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+
+    def version() -> str:
+        return json.loads(request(f"{url}/openapi.json")[2])["info"]["version"]
+
+    try:
+        wait_until(lambda: "serve: nginx on" in log.read_text(), serve, 60, "make serve's ready line")
+        before = version()
+        with Load(f"{url}/plants", token, clients=4, limit=5_000, timeout=30) as load:
+            load.wait_for(50)
+            (tmp_path / "next").symlink_to(tmp_path / "releases" / "2")
+            os.replace(tmp_path / "next", current)  # the link switched at once, as `mv -T` does
+            serve.send_signal(signal.SIGHUP)
+            wait_until(lambda: "serve: reloaded" in log.read_text(), serve, 60, "the reload")
+            answered_after = len(load.answers)
+            load.wait_for(answered_after + 100, timeout=60)
+        after = version()
+    finally:
+        os.killpg(serve.pid, signal.SIGTERM)
+        serve.wait(timeout=60)
+
+    assert (before, after) == ("1.0.0", "2.0.0")
+    assert len(load.answers) >= answered_after + 100
+    assert [(status, text) for _, status, _, text, _ in load.answers if status != 200] == []
 
 
 def test_only_nginx_s_workers_may_open_the_app_server_s_socket(served):
