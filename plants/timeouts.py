@@ -57,21 +57,24 @@ def postgresql_options(options: dict, host: str, timeout_s: int) -> dict:
         # an idle connection whose server is gone: a probe each second once the connection has
         # been silent 1 s; the kernel drops it once a probe is unanswered past tcp_user_timeout
         # (Linux), or after 1 + (T - 1) unanswered seconds elsewhere. A server busy on a long
-        # statement answers the probes: only statement_timeout ends that. One probe a second per
-        # idle connection is a few bytes; a dead idle connection is then seen by the health check
+        # statement answers the probes: only lock_timeout (below) ends some of those. One probe a
+        # second per idle connection is a few bytes; a dead idle connection is then seen by the health check
         # before a request is sent on it (plants/postgresql/base.py).
         "keepalives": 1,
         "keepalives_idle": 1,
         "keepalives_interval": 1,
         "keepalives_count": max(1, timeout_s - 1),
     }
-    # A server that answers but too slowly (a lock held, a runaway query) cancels the statement
-    # itself after T - 1 s, a second before a pooler's query_timeout (deploy/cluster/pgbouncer.ini)
-    # would cut the connection: the statement stops holding its locks. PgBouncer drops this
-    # startup parameter (ignore_startup_parameters); its connect_query sets the same value there.
+    # A server that answers but makes a statement wait for a lock (a migration's, a racing create
+    # of the same id) cancels the wait itself after T - 1 s, a second before a pooler's
+    # query_timeout (deploy/cluster/pgbouncer.ini) would cut the connection. Not statement_timeout:
+    # it also cancels a commit's wait for a synchronous standby, and PostgreSQL then reports the
+    # commit as done (a warning, no error) although only the primary has it: a create answered
+    # 200 that a failover loses. PgBouncer drops this startup parameter (ignore_startup_parameters);
+    # its connect_query sets the same value there.
     startup = options.get("options", "")
-    if "statement_timeout" not in startup:
-        startup = f"{startup} -c statement_timeout={(timeout_s - 1) * 1000}".strip()
+    if "lock_timeout" not in startup:
+        startup = f"{startup} -c lock_timeout={(timeout_s - 1) * 1000}".strip()
     return {**timeouts, **options, "options": startup}
 
 

@@ -42,7 +42,7 @@ def test_postgresql_connection_gets_every_timeout_from_the_bound():
         "keepalives_idle": 1,
         "keepalives_interval": 1,
         "keepalives_count": 4,
-        "options": "-c statement_timeout=4000",
+        "options": "-c lock_timeout=4000",
     }
 
 
@@ -52,10 +52,8 @@ def test_failover_url_s_hosts_share_the_connect_bound_and_its_own_values_win():
     assert timeouts.postgresql_options({"host": "db1,db2"}, "", 5)["connect_timeout"] == 2
     options = timeouts.postgresql_options(url_options, "", 5)
     assert options["connect_timeout"] == "3"
-    assert options["options"] == "-c search_path=plants -c statement_timeout=4000"
-    assert timeouts.postgresql_options({"options": "-c statement_timeout=9"}, "", 5)["options"] == (
-        "-c statement_timeout=9"
-    )
+    assert options["options"] == "-c search_path=plants -c lock_timeout=4000"
+    assert timeouts.postgresql_options({"options": "-c lock_timeout=9"}, "", 5)["options"] == "-c lock_timeout=9"
 
 
 def test_sqlite_waits_for_a_lock_at_most_the_bound():
@@ -70,7 +68,9 @@ def test_start_with_a_database_timeout_under_2_s_fails_naming_the_variable():
 
 
 @pytest.mark.parametrize("through_pgbouncer", [False, True], ids=["direct", "pgbouncer"])
-def test_statement_timeout_reaches_postgresql_directly_and_through_pgbouncer(pgbouncer, through_pgbouncer):
+def test_lock_timeout_reaches_postgresql_directly_and_through_pgbouncer_and_statements_are_not_cut(
+    pgbouncer, through_pgbouncer
+):
     settings_dict = connection.settings_dict
     if through_pgbouncer:
         address = {"host": "127.0.0.1", "port": pgbouncer.port}
@@ -79,7 +79,9 @@ def test_statement_timeout_reaches_postgresql_directly_and_through_pgbouncer(pgb
     options = timeouts.postgresql_options({}, address["host"], BOUND_S)
 
     with psycopg.connect(dbname=settings_dict["NAME"], user=settings_dict["USER"], **address, **options) as session:
-        assert session.execute("SHOW statement_timeout").fetchone() == ("4s",)
+        assert session.execute("SHOW lock_timeout").fetchone() == ("4s",)
+        # statement_timeout would cancel a commit's wait for a synchronous standby and report it done.
+        assert session.execute("SHOW statement_timeout").fetchone() == ("0",)
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ umask 077
 printf '"plantstore" "%s"\n' "$POSTGRES_PASSWORD" >/tmp/userlist.txt
 cat >/tmp/pgbouncer.ini <<INI
 [databases]
-; statement_timeout as the app asks for it (PgBouncer drops the app's options): see deploy/cluster/pgbouncer.ini.
-plantstore = host=postgres port=5432 dbname=plantstore connect_query='SET statement_timeout = 4000'
+; lock_timeout as the app asks for it (PgBouncer drops the app's options): see deploy/cluster/pgbouncer.ini.
+plantstore = host=postgres port=5432 dbname=plantstore connect_query='SET lock_timeout = 4000'
 
 [pgbouncer]
 listen_addr = 0.0.0.0
