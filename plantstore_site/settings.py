@@ -16,6 +16,8 @@ from django.core.checks.security.base import (
 )
 from django.core.exceptions import ImproperlyConfigured
 
+from plants import timeouts
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -145,6 +147,11 @@ TEMPLATES = [
 
 # The embedded default is a SQLite file beside manage.py; production sets a postgres:// URL.
 DEFAULT_DATABASE_URL = f"sqlite:///{BASE_DIR / 'db.sqlite3'}"
+# The longest a request waits on the database at any one step, whatever the network does: then it
+# is answered 503 (plants/timeouts.py sets each of libpq's and SQLite's waits from it).
+PLANTS_DATABASE_TIMEOUT_S = timeouts.database_timeout(
+    env.int("PLANTS_DATABASE_TIMEOUT_S", default=timeouts.DEFAULT_DATABASE_TIMEOUT_S)
+)
 try:
     DATABASES = {
         "default": dj_database_url.parse(
@@ -153,9 +160,16 @@ try:
             conn_health_checks=True,
         )
     }
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+        DATABASES["default"]["OPTIONS"] = timeouts.sqlite_options(
+            DATABASES["default"].get("OPTIONS", {}), PLANTS_DATABASE_TIMEOUT_S
+        )
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         # The same backend, but its per-request connection health check costs no query.
         DATABASES["default"]["ENGINE"] = "plants.postgresql"
+        DATABASES["default"]["OPTIONS"] = timeouts.postgresql_options(
+            DATABASES["default"].get("OPTIONS", {}), DATABASES["default"]["HOST"], PLANTS_DATABASE_TIMEOUT_S
+        )
         # Off by default: the docs offer PgBouncer in transaction mode in front, and one before
         # 1.21 (Debian 12 ships 1.18) hands a connection's prepared statements to other clients'
         # transactions, which then fail. An opt-in for a direct connection, or PgBouncer 1.21 or
@@ -229,8 +243,7 @@ if REDIS_URL:
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "plants:rate",
-        # Short timeouts: a request waits at most this long before the store counts as down (503).
-        "OPTIONS": {"socket_timeout": 2, "socket_connect_timeout": 2},
+        "OPTIONS": timeouts.REDIS_OPTIONS,
     }
 # /metrics answers only requests bearing this token (Prometheus' `authorization` setting); unset, it is a 404.
 PLANTS_METRICS_TOKEN = env.str("PLANTS_METRICS_TOKEN", default="")

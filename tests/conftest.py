@@ -17,6 +17,7 @@ from rest_framework.test import APIClient
 from deploy.cluster import PgBouncer, Redis
 from deploy.processes import wait_until
 from deploy.unit import Unit
+from plants import timeouts
 from plants.rate_stores import RATE_LIMIT_CACHE
 from plants.services import token_issue
 from tests.live import database_url, live_unit
@@ -189,7 +190,7 @@ def counting_in_redis(settings, redis_server):
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": redis_server.url,
             "KEY_PREFIX": "plants:rate",
-            "OPTIONS": {"socket_timeout": 2, "socket_connect_timeout": 2},
+            "OPTIONS": timeouts.REDIS_OPTIONS,
         },
     }
     return redis_server

@@ -8,7 +8,8 @@ umask 077
 printf '"plantstore" "%s"\n' "$POSTGRES_PASSWORD" >/tmp/userlist.txt
 cat >/tmp/pgbouncer.ini <<INI
 [databases]
-plantstore = host=postgres port=5432 dbname=plantstore
+; lock_timeout as the app asks for it (PgBouncer drops the app's options): see deploy/cluster/pgbouncer.ini.
+plantstore = host=postgres port=5432 dbname=plantstore connect_query='SET lock_timeout = 4000'
 
 [pgbouncer]
 listen_addr = 0.0.0.0
@@ -21,5 +22,16 @@ max_client_conn = 500
 default_pool_size = 20
 ; psycopg and Django send these at connect; PgBouncer would refuse parameters it does not track.
 ignore_startup_parameters = extra_float_digits,options
+; Every wait within the app's 5 s database bound; each value's reason is in deploy/cluster/pgbouncer.ini.
+server_connect_timeout = 5
+server_login_retry = 1
+query_wait_timeout = 5
+query_timeout = 5
+idle_transaction_timeout = 5
+tcp_keepalive = 1
+tcp_keepidle = 1
+tcp_keepintvl = 1
+tcp_keepcnt = 4
+tcp_user_timeout = 5000
 INI
 exec pgbouncer /tmp/pgbouncer.ini
