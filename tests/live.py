@@ -2,6 +2,7 @@
 that load them: requests, many creates, a steady load."""
 
 import fcntl
+import functools
 import http.client
 import json
 import os
@@ -23,7 +24,7 @@ from functools import partial
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
-from deploy.cluster import DEPLOY, Cluster
+from deploy.cluster import BALANCER_ADDRESS, DEPLOY, Cluster
 from deploy.processes import ROOT, children, descendants, free_port, http_status, render, stop_process, wait_until
 from deploy.unit import Unit
 
@@ -84,15 +85,23 @@ class PublicHostTlsConnection(http.client.HTTPSConnection):
         super().request(method, url, body, {"Host": PUBLIC_HOST, **(headers or {})}, **kwargs)
 
 
-class FromTlsProxy(urllib.request.HTTPHandler):
-    """urllib's http:// connections made from TLS_PROXY_ADDRESS."""
+class NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer to assert, never followed: it names the public host, which is no
+    address of this machine."""
 
-    def http_open(self, req):
-        return self.do_open(partial(http.client.HTTPConnection, source_address=(TLS_PROXY_ADDRESS, 0)), req)
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
 
 
-AS_TLS_PROXY = urllib.request.build_opener(FromTlsProxy)
-DIRECT = urllib.request.build_opener()
+@functools.cache
+def opener(source: str | None) -> urllib.request.OpenerDirector:
+    """urllib's http:// connections made from the loopback address `source` (None: any), redirects not followed."""
+
+    class FromSource(urllib.request.HTTPHandler):
+        def http_open(self, req):
+            return self.do_open(partial(http.client.HTTPConnection, source_address=(source or "", 0)), req)
+
+    return urllib.request.build_opener(FromSource, NoRedirects)
 
 
 def request(
@@ -101,14 +110,15 @@ def request(
     token: str | None = None,
     method: str | None = None,
     timeout: float = 10,
-    via_tls_proxy: bool = True,
+    proxy: str | None = TLS_PROXY_ADDRESS,
     **headers: str,
 ):
-    """(status, headers, text) of one request to the public host name, sent as the TLS proxy sends a
-    client's on (or, not `via_tls_proxy`, by the client itself), with `headers` (underscores for
-    dashes) in place of its own; status None when the connection failed."""
+    """(status, headers, text) of one request to the public host name, sent as the proxy at the
+    loopback address `proxy` sends a client's on (the TLS proxy, or a cluster's balancer), or, with
+    no proxy, by the client itself; `headers` (underscores for dashes) in place of its own. Status
+    None when the connection failed."""
     headers = {
-        **(PROXY_HEADERS if via_tls_proxy else {"Host": PUBLIC_HOST}),
+        **(PROXY_HEADERS if proxy else {"Host": PUBLIC_HOST}),
         "Content-Type": "application/json",
         **{k.replace("_", "-"): v for k, v in headers.items()},
     }
@@ -117,7 +127,7 @@ def request(
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, headers=headers, method=method)
     try:
-        with (AS_TLS_PROXY if via_tls_proxy else DIRECT).open(req, timeout=timeout) as response:
+        with opener(proxy).open(req, timeout=timeout) as response:
             return response.status, response.headers, response.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.headers, error.read().decode()
@@ -137,7 +147,7 @@ class Load:
     each waiting `pause` seconds between its requests, each waiting up to `timeout` seconds for its
     answer; remembers every answer. With `retry`, a client sends a create answered 503 (or not
     answered) again, as the README advises, `pause` (at least 0.1 s) later, until it is answered
-    otherwise or the load stops. Sent as the TLS proxy sends them on, unless not `via_tls_proxy`."""
+    otherwise or the load stops. Sent as the proxy at `proxy` sends them on (request() says how)."""
 
     def __init__(
         self,
@@ -149,10 +159,10 @@ class Load:
         timeout: float = 10,
         retry: bool = False,
         first_id: int = 1,
-        via_tls_proxy: bool = True,
+        proxy: str | None = TLS_PROXY_ADDRESS,
     ):
         self.url, self.token, self.limit, self.pause, self.timeout = url, token, limit, pause, timeout
-        self.retry, self.first_id, self.via_tls_proxy = retry, first_id, via_tls_proxy
+        self.retry, self.first_id, self.proxy = retry, first_id, proxy
         # (id, status, content type, text, when the request was sent)
         self.answers: list[tuple[int, int | None, str, str, float]] = []
         self.stopped = threading.Event()
@@ -179,7 +189,7 @@ class Load:
             {"id": plant_id, "name": f"load-{plant_id}"},
             self.token,
             timeout=self.timeout,
-            via_tls_proxy=self.via_tls_proxy,
+            proxy=self.proxy,
         )
         content_type = headers.get("Content-Type", "") if headers else ""
         with self.lock:
@@ -271,6 +281,12 @@ def live_cluster(settings_dict: dict | None, work_dir: Path, database_url: str |
     return Cluster(settings_dict, work_dir, database_url=database_url, **{**LIVE_SETTINGS, **env})
 
 
+def entry_points(cluster: Cluster) -> list[tuple[str, str]]:
+    """Where requests reach `cluster`, and the proxy each comes from: every unit as its balancer
+    sends them on, then the front as the TLS proxy does: (url, the proxy's address)."""
+    return [(unit.url, BALANCER_ADDRESS) for unit in cluster.units] + [(cluster.url, TLS_PROXY_ADDRESS)]
+
+
 class LivePrometheus:
     """A throwaway Prometheus (deploy/cluster/prometheus.yml) scraping `targets` every second with
     the metrics token, its data in a temp dir."""
@@ -311,7 +327,7 @@ class LivePrometheus:
 
     def query(self, promql: str) -> dict[tuple, float]:
         """An instant query's vector: {(label values, sorted by label name): value}."""
-        status, _, text = request(f"{self.url}/api/v1/query?{urlencode({'query': promql})}", via_tls_proxy=False)
+        status, _, text = request(f"{self.url}/api/v1/query?{urlencode({'query': promql})}", proxy=None)
         if status != 200:
             raise RuntimeError(f"prometheus answered {status}: {text}")
         return {

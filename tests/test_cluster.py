@@ -23,6 +23,7 @@ from tests.live import (
     DEPLOYED_SETTINGS,
     Load,
     create_many,
+    entry_points,
     live_cluster,
     request,
     start_make,
@@ -106,12 +107,18 @@ def test_duplicate_race_across_servers_has_one_winner(cluster, token):
 
 
 def test_token_revoked_on_one_server_is_refused_by_every_server_from_the_next_request(cluster, token):
-    urls = [unit.url for unit in cluster.units] + [cluster.url]
-    before = [request(f"{url}/plants", {"id": number, "name": "Rose"}, token)[0] for number, url in enumerate(urls)]
+    servers = entry_points(cluster)
+    before = [
+        request(f"{url}/plants", {"id": number, "name": "Rose"}, token, proxy=proxy)[0]
+        for number, (url, proxy) in enumerate(servers)
+    ]
 
     revoke = [sys.executable, "manage.py", "token", "revoke", "test-client"]
     subprocess.run(revoke, cwd=ROOT, env=cluster.units[0].env, check=True, capture_output=True)
-    after = [request(f"{url}/plants", {"id": 10 + n, "name": "Rose"}, token) for n, url in enumerate(urls * 2)]
+    after = [
+        request(f"{url}/plants", {"id": 10 + n, "name": "Rose"}, token, proxy=proxy)
+        for n, (url, proxy) in enumerate(servers * 2)
+    ]
 
     assert before == [200, 200, 200]
     assert [(status, json.loads(text)) for status, _, text in after] == [(401, REVOKED)] * 6

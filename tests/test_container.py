@@ -25,7 +25,7 @@ SECRET_KEY = "container-test-secret-key-" + "x" * 40
 def request(*args, **kwargs):
     """tests/live.py's request, sent by the client itself: no TLS proxy is in front of the
     container here (podman's published port answers connections from 127.0.0.1 alone)."""
-    return live.request(*args, via_tls_proxy=False, **kwargs)
+    return live.request(*args, proxy=None, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +184,7 @@ def test_the_image_holds_the_app_and_its_venv_but_no_checkout_caches_or_secrets(
 def test_stop_under_load_answers_what_it_acknowledged_and_exits_within_the_grace_period(podman, image):
     server = Container(podman, image, "stop", PLANTS_THROTTLE_RATE="").start()
     token = server.token()
-    with Load(f"{server.url}/plants", token, clients=4, timeout=30, via_tls_proxy=False) as load:
+    with Load(f"{server.url}/plants", token, clients=4, timeout=30, proxy=None) as load:
         load.wait_for(200)
         started = time.monotonic()
         podman("stop", "-t", "40", server.name, timeout=60)

@@ -21,7 +21,7 @@ import redis
 
 from deploy.database import PRIMARY_STATES, DataNode, FailoverDatabase
 from deploy.processes import ROOT, wait_until
-from tests.live import LIVE_SETTINGS, Load, live_cluster, live_env, request
+from tests.live import LIVE_SETTINGS, Load, entry_points, live_cluster, live_env, request
 
 pytestmark = [pytest.mark.postgres, pytest.mark.live]
 
@@ -171,11 +171,17 @@ def test_duplicate_race_across_servers_has_one_winner_on_the_primary(healthy, cl
 
 def test_token_revoked_is_refused_by_every_server_from_the_next_request(healthy, cluster):
     token = issue_token(healthy, "revoke-next-client")
-    urls = [unit.url for unit in cluster.units] + [cluster.url]
-    before = [request(f"{url}/plants", {"id": 40_000 + n, "name": "Rose"}, token)[0] for n, url in enumerate(urls)]
+    servers = entry_points(cluster)
+    before = [
+        request(f"{url}/plants", {"id": 40_000 + n, "name": "Rose"}, token, proxy=proxy)[0]
+        for n, (url, proxy) in enumerate(servers)
+    ]
 
     manage(healthy, "token", "revoke", "revoke-next-client")
-    after = [request(f"{url}/plants", {"id": 40_010 + n, "name": "Rose"}, token) for n, url in enumerate(urls * 2)]
+    after = [
+        request(f"{url}/plants", {"id": 40_010 + n, "name": "Rose"}, token, proxy=proxy)
+        for n, (url, proxy) in enumerate(servers * 2)
+    ]
 
     assert before == [200, 200, 200]
     assert [(status, json.loads(text)) for status, _, text in after] == [(401, REVOKED)] * 6
@@ -261,8 +267,10 @@ def test_token_revoked_just_before_a_failover_is_refused_after_it_and_rate_count
     wait_until(lambda: create(next(probe_ids), probe) == 200, None, FAILOVER_SECONDS, "a create after the failover")
     counted_after = counts()
     created_after = create(10_003, kept)
-    urls = [unit.url for unit in cluster.units] + [cluster.url]
-    refused = [request(f"{url}/plants", {"id": 20_000 + n, "name": "Rose"}, revoked) for n, url in enumerate(urls)]
+    refused = [
+        request(f"{url}/plants", {"id": 20_000 + n, "name": "Rose"}, revoked, proxy=proxy)
+        for n, (url, proxy) in enumerate(entry_points(cluster))
+    ]
 
     assert created_before == [200, 200, 200] and created_after == 200
     assert [(status, json.loads(text)) for status, _, text in refused] == [(401, REVOKED)] * 3

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from plants.models import ApiToken
 from plants.services import token_issue, tokens_revoke
-from tests.live import ROOT, LivePrometheus, create_many
+from tests.live import PUBLIC_HOST, ROOT, LivePrometheus, create_many
 
 pytestmark = pytest.mark.django_db
 METRICS_TOKEN = "metrics-" + "k" * 40
@@ -162,7 +162,14 @@ def test_database_outage_is_counted_as_unavailable(post_plant, counted):
 def test_prometheus_scraping_a_two_worker_server_reports_the_requests_sent(production_unit, token, tmp_path):
     metrics_token = secrets.token_urlsafe(32)
     # One thread per worker and eight clients at once: both workers must serve.
-    server = production_unit(APP_PROCESSES="2", APP_THREADS="1", PLANTS_METRICS_TOKEN=metrics_token)
+    # Prometheus names the address it scrapes in its Host: the operator allows it beside the public
+    # name (docs/operating.md, Metrics).
+    server = production_unit(
+        APP_PROCESSES="2",
+        APP_THREADS="1",
+        PLANTS_METRICS_TOKEN=metrics_token,
+        DJANGO_ALLOWED_HOSTS=f"{PUBLIC_HOST},127.0.0.1",
+    )
     prometheus = LivePrometheus([server.url.removeprefix("http://")], metrics_token).start()
     try:
         created = create_many(server.url, token, range(1, 41), "Rose")

@@ -23,7 +23,7 @@ from deploy.app_server import granian_command
 from deploy.cluster import HAProxy
 from deploy.processes import ROOT, ServerProcess, accepts_connections, free_port, wait_until
 from deploy.unit import UPSTREAM_IDLE_S, http_upstream, nginx_command, render_nginx_conf
-from tests.live import request
+from tests.live import PUBLIC_HOST, request
 
 # How long the stub holds a connection it has decided to close without reading it; it closes at
 # once when a request lands in that window (unread: the kernel answers the close with a reset).
@@ -281,7 +281,7 @@ def test_unit_s_app_server_answers_on_a_connection_left_idle_longer_than_nginx_s
         conn.settimeout(10)
         conn.connect(str(server.socket_path))
         for pause in (UPSTREAM_IDLE_S + 1, 0):
-            conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: %s\r\n\r\n" % PUBLIC_HOST.encode())
             answers.append(read_answer(conn))
             time.sleep(pause)
 
