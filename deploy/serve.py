@@ -3,7 +3,8 @@
 Signals, as an operator or a process supervisor sends them:
 - SIGHUP: a graceful reload (a new version): a new app server starts with the new code on a new
   socket, nginx re-reads its config naming it, and the old ones finish their requests first.
-  Nothing is refused; if the new version does not come up, the running one serves on.
+  Nothing is refused; if the new version does not come up, the running one serves on. The outcome
+  is a line here, and, under systemd, in $RUNTIME_DIRECTORY/reload for deploy/reload.py.
 - SIGTERM or SIGINT (Ctrl-C): a graceful stop: no new connections, the requests in flight are
   answered, then everything exits and the unit's temp folder is removed.
 - The terminal it started on closing: a graceful stop (the kernel signals only make, the session's
@@ -63,6 +64,7 @@ def main() -> int:
     signal.signal(signal.SIGINT, on_stop)
     signal.signal(signal.SIGHUP, on_hangup)
     unit = Unit(public_address(), dict(os.environ), supervised=True, name="serve")
+    reloads = 0
     try:
         unit.start()
         notify_systemd(notify_socket, "READY=1")
@@ -77,12 +79,15 @@ def main() -> int:
             if "reload" in asked:
                 asked.remove("reload")
                 say("serve: reloading (a new app server with the new code; the old one finishes its requests)")
+                reloads += 1
                 try:
                     unit.reload()
                 except (RuntimeError, OSError) as error:  # it did not come up; it could not be started
                     say(f"serve: the reload failed, the running version serves on: {error}")
+                    report_reload(reloads, f"failed, the running version serves on: {error}")
                 else:
                     say(f"serve: reloaded: the new app server on {unit.socket_path}, the old one finishing")
+                    report_reload(reloads, "reloaded: the new version serves")
             if unit.retire():
                 say("serve: the old app server has stopped")
             time.sleep(0.1)
@@ -94,6 +99,16 @@ def main() -> int:
         return 1
     finally:
         unit.stop()
+
+
+def report_reload(count: int, outcome: str) -> None:
+    """The outcome of reload number `count`, for deploy/reload.py (systemctl reload) to report, in
+    the unit's runtime directory (systemd's RuntimeDirectory=); nowhere without one (make serve)."""
+    if runtime := os.environ.get("RUNTIME_DIRECTORY"):
+        path = os.path.join(runtime.split(":")[0], "reload")
+        with open(f"{path}.new", "w") as file:
+            file.write(f"{count} {outcome}\n")
+        os.replace(f"{path}.new", path)  # at once: reload.py never reads half of it
 
 
 def say(line: str) -> None:

@@ -129,71 +129,118 @@ def test_a_rate_limit_store_down_at_start_does_not_stop_it_and_it_serves_once_th
     assert server.stored_ids() == {2}
 
 
-def release(folder: Path, version: str) -> Path:
-    """A release's folder as a deploy makes it: the code, and a venv (here the run's own, linked)."""
+def release(folder: Path, version: str, wsgi_prelude: str = "") -> Path:
+    """A release's folder as a deploy makes it: the code, and a venv (here the run's own, linked);
+    `wsgi_prelude` put first in its WSGI module (a release that fails to start)."""
     shutil.copytree(ROOT, folder, ignore=shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.sqlite3", "static*"))
     (folder / ".venv").symlink_to(Path(sys.executable).parent.parent)
     settings = folder / "plantstore_site" / "settings.py"
     settings.write_text(settings.read_text().replace('"VERSION": "1.0.0"', f'"VERSION": "{version}"'))
+    wsgi = folder / "plantstore_site" / "wsgi.py"
+    wsgi.write_text(wsgi_prelude + wsgi.read_text())
     return folder
 
 
+class LinkedReleases:
+    """/opt/plantstore as docs/deploying.md's releases make it, in `work_dir`: `current`, a link to
+    the release that runs, started as the systemd unit's ExecStart runs it, by the link's path, with
+    a runtime directory; switch() points the link elsewhere at once, as `mv -T` does."""
+
+    def __init__(self, work_dir: Path):
+        self.work_dir, self.current = work_dir, work_dir / "current"
+        self.current.symlink_to(release(work_dir / "releases" / "1", "1.0.0"))
+        (work_dir / "run").mkdir()
+        port = free_port()
+        self.url, self.log = f"http://127.0.0.1:{port}", work_dir / "serve.log"
+        self.env = {
+            **os.environ,
+            **LIVE_SETTINGS,
+            "DATABASE_URL": f"sqlite:///{work_dir / 'db.sqlite3'}",
+            "DJANGO_STATIC_ROOT": str(work_dir / "static"),
+            "PLANTS_LISTEN": f"127.0.0.1:{port}",
+            "RUNTIME_DIRECTORY": str(work_dir / "run"),
+        }
+        self.python = str(self.current / ".venv" / "bin" / "python")
+        for step in (["migrate", "--no-input"], ["collectstatic", "--no-input", "-v", "0"]):
+            self.manage(*step)
+        self.token = self.manage("token", "issue", "releases").strip()
+        with self.log.open("wb") as output:
+            self.serve = subprocess.Popen(
+                [self.python, str(self.current / "deploy" / "serve.py")],
+                cwd=self.current,
+                env=self.env,
+                stdout=output,
+                stderr=output,
+                start_new_session=True,
+            )
+        wait_until(lambda: "serve: nginx on" in self.log.read_text(), self.serve, 60, "its ready line")
+
+    def manage(self, *args: str) -> str:
+        done = subprocess.run([self.python, "manage.py", *args], cwd=self.current, env=self.env, capture_output=True)
+        return done.check_returncode() or done.stdout.decode()
+
+    def switch(self, folder: Path) -> None:
+        (self.work_dir / "next").symlink_to(folder)
+        os.replace(self.work_dir / "next", self.current)
+
+    def exec_reload(self) -> subprocess.CompletedProcess:
+        """The unit's ExecReload= (deploy/plantstore.service), its paths the link's, as systemd runs it."""
+        [command] = [
+            line
+            for line in (ROOT / "deploy" / "plantstore.service").read_text().splitlines()
+            if line.startswith("ExecReload=")
+        ]
+        command = command.removeprefix("ExecReload=").replace("/opt/plantstore", str(self.current))
+        command = command.replace("$MAINPID", str(self.serve.pid))
+        return subprocess.run(command.split(), env=self.env, capture_output=True, text=True, timeout=120)
+
+    def version(self) -> str:
+        return json.loads(request(f"{self.url}/openapi.json")[2])["info"]["version"]
+
+    def stop(self) -> None:
+        os.killpg(self.serve.pid, signal.SIGTERM)
+        self.serve.wait(timeout=60)
+
+
 def test_a_reload_after_the_release_link_is_switched_serves_the_new_release_under_load(tmp_path):
-    # docs/deploying.md's release steps: /opt/plantstore is a link to the release that runs.
-    current = tmp_path / "current"
-    current.symlink_to(release(tmp_path / "releases" / "1", "1.0.0"))
-    release(tmp_path / "releases" / "2", "2.0.0")
-    port, log = free_port(), tmp_path / "serve.log"
-    env = {
-        **os.environ,
-        **LIVE_SETTINGS,
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
-        "DJANGO_STATIC_ROOT": str(tmp_path / "static"),
-        "PLANTS_LISTEN": f"127.0.0.1:{port}",
-    }
-    python = str(current / ".venv" / "bin" / "python")
-    for step in (["migrate", "--no-input"], ["collectstatic", "--no-input", "-v", "0"]):
-        subprocess.run([python, "manage.py", *step], cwd=current, env=env, check=True, capture_output=True)
-    token = subprocess.run(
-        [python, "manage.py", "token", "issue", "releases"],
-        cwd=current,
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    with log.open("wb") as output:  # as the systemd unit's ExecStart runs it, by the link's path
-        serve = subprocess.Popen(
-            [python, str(current / "deploy" / "serve.py")],
-            cwd=current,
-            env=env,
-            stdout=output,
-            stderr=output,
-            start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-
-    def version() -> str:
-        return json.loads(request(f"{url}/openapi.json")[2])["info"]["version"]
-
+    releases = LinkedReleases(tmp_path)
     try:
-        wait_until(lambda: "serve: nginx on" in log.read_text(), serve, 60, "make serve's ready line")
-        before = version()
-        with Load(f"{url}/plants", token, clients=4, limit=5_000, timeout=30) as load:
+        before = releases.version()
+        with Load(f"{releases.url}/plants", releases.token, clients=4, limit=5_000, timeout=30) as load:
             load.wait_for(50)
-            (tmp_path / "next").symlink_to(tmp_path / "releases" / "2")
-            os.replace(tmp_path / "next", current)  # the link switched at once, as `mv -T` does
-            serve.send_signal(signal.SIGHUP)
-            wait_until(lambda: "serve: reloaded" in log.read_text(), serve, 60, "the reload")
+            releases.switch(release(tmp_path / "releases" / "2", "2.0.0"))
+            reloaded = releases.exec_reload()
             answered_after = len(load.answers)
             load.wait_for(answered_after + 100, timeout=60)
-        after = version()
+        after = releases.version()
     finally:
-        os.killpg(serve.pid, signal.SIGTERM)
-        serve.wait(timeout=60)
+        releases.stop()
 
     assert (before, after) == ("1.0.0", "2.0.0")
+    assert (reloaded.returncode, reloaded.stderr) == (0, "reload: reloaded: the new version serves\n")
     assert len(load.answers) >= answered_after + 100
+    assert [(status, text) for _, status, _, text, _ in load.answers if status != 200] == []
+
+
+def test_a_reload_whose_release_cannot_start_fails_with_the_reason_and_the_running_one_serves_on(tmp_path):
+    releases = LinkedReleases(tmp_path)
+    broken = release(tmp_path / "releases" / "2", "2.0.0", 'raise RuntimeError("this release cannot start")\n')
+    try:
+        with Load(f"{releases.url}/plants", releases.token, clients=2, limit=5_000, timeout=30) as load:
+            load.wait_for(20)
+            releases.switch(broken)
+            refused = releases.exec_reload()
+            answered_after = len(load.answers)
+            load.wait_for(answered_after + 50, timeout=60)
+        version = releases.version()
+    finally:
+        releases.stop()
+
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("reload: failed, the running version serves on: ")
+    assert "the reload failed, the running version serves on" in releases.log.read_text()  # make serve's line
+    assert version == "1.0.0"
+    assert len(load.answers) >= answered_after + 50
     assert [(status, text) for _, status, _, text, _ in load.answers if status != 200] == []
 
 
