@@ -213,8 +213,9 @@ STORAGES = {
 
 # HTTPS hardening: on by default with debug off, relaxed only by explicit settings.
 SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", default=False)
-# Health checks come from inside (a load balancer, a supervisor) over plain HTTP: never redirected.
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^livez$"]
+# Health checks come from inside (a load balancer, a supervisor) over plain HTTP, and so do
+# Prometheus' scrapes of each app server (its token still required): never redirected.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^livez$", r"^metrics$"]
 SECURE_HSTS_SECONDS = env.int("DJANGO_SECURE_HSTS_SECONDS", default=0 if DEBUG else 31536000)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", default=True)
 SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", default=False)

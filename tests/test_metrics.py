@@ -75,6 +75,18 @@ def test_metrics_with_another_token_returns_401_invalid_token(api_client, settin
     assert response["WWW-Authenticate"] == 'Bearer realm="metrics", error="invalid_token"'
 
 
+def test_metrics_over_plain_http_are_answered_where_the_api_is_redirected_to_https(api_client, settings):
+    # Prometheus scrapes each app server from inside, over plain HTTP, as health checks come.
+    settings.PLANTS_METRICS_TOKEN = METRICS_TOKEN
+    settings.SECURE_SSL_REDIRECT = True
+
+    scraped = get_metrics(api_client, f"Bearer {METRICS_TOKEN}")
+    schema = api_client.get("/openapi.json")
+
+    assert scraped.status_code == 200
+    assert (schema.status_code, schema["Location"]) == (301, "https://testserver/openapi.json")
+
+
 def test_metrics_with_the_token_returns_prometheus_text(api_client, settings, post_plant):
     settings.PLANTS_METRICS_TOKEN = METRICS_TOKEN
     post_plant({"id": 1, "name": "Rose"})
