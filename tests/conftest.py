@@ -3,9 +3,10 @@
 A skipped test did not pass: the run fails if any test skips. Tests that need PostgreSQL (marked
 `postgres`, or using a live server on the test database) are deselected on SQLite (counted in the
 summary) and run in `make test-postgres`; so are those that need the machine to themselves (`alone`).
-Tests whose servers use a database of their own (`own_database`: `make serve`'s SQLite file) and the
-containers run in the SQLite pass only: the run's database cannot change their outcome
-(`--with-own-database` runs them on PostgreSQL too, for make test-newest's single pass).
+Tests whose servers use a database of their own (`own_database`: `make serve`'s SQLite file, a small
+PostgreSQL of the test's own) and the containers run in the SQLite pass only: the run's database
+cannot change their outcome (`--with-own-database` runs them on PostgreSQL too, for make
+test-newest's single pass).
 """
 
 import json
