@@ -3,10 +3,10 @@
 A skipped test did not pass: the run fails if any test skips. Tests that need PostgreSQL (marked
 `postgres`, or using a live server on the test database) are deselected on SQLite (counted in the
 summary) and run in `make test-postgres`; so are those that need the machine to themselves (`alone`).
-Tests whose servers use a database of their own (`own_database`: `make serve`'s SQLite file, a small
-PostgreSQL of the test's own) and the containers run in the SQLite pass only: the run's database
-cannot change their outcome (`--with-own-database` runs them on PostgreSQL too, for make
-test-newest's single pass).
+Tests whose servers use a database of their own (`own_database`: `make serve`'s SQLite file, a
+PostgreSQL server of the test's own) and the containers run in the SQLite pass only: the run's database cannot change their outcome
+(`--with-own-database` runs them on PostgreSQL too, for make test-newest's single pass). Tests of
+SQLite's own behaviour on the run's SQLite test database (`sqlite`) run in the SQLite pass only.
 """
 
 import json
@@ -124,7 +124,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def in_sqlite_pass_only(item, with_own_database: bool) -> bool:
-    if item.get_closest_marker("container"):
+    if item.get_closest_marker("container") or item.get_closest_marker("sqlite"):
         return True
     own_database = item.get_closest_marker("own_database") and not item.get_closest_marker("alone")
     return bool(own_database) and not with_own_database
