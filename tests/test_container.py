@@ -15,7 +15,7 @@ from deploy.cluster import Redis
 from deploy.processes import free_port
 from tests import live
 from tests.containers import Podman
-from tests.live import PUBLIC_HOST, Load, wait_until_healthy
+from tests.live import DEPLOYED_SETTINGS, PUBLIC_HOST, Load, wait_until_healthy
 
 pytestmark = [pytest.mark.live, pytest.mark.container]
 
@@ -162,6 +162,23 @@ def test_a_rate_limit_store_down_at_start_does_not_stop_it_and_it_serves_once_th
     # The processes it started with: never restarted.
     assert (inspected["State"]["Status"], inspected["RestartCount"]) == ("running", 0)
     assert server.stored_ids() == {2}
+
+
+def test_the_image_run_with_env_example_s_settings_is_healthy_and_redirects_plain_http(podman, image):
+    # .env.example as an operator deploys it: only the secrets, the database and the listener
+    # replaced. Its trusted proxy is no address of this run, so every request here is plain HTTP
+    # from outside the proxy: redirected to HTTPS; the health checks answer.
+    settings = {**DEPLOYED_SETTINGS, "DATABASE_URL": "sqlite:////var/lib/plantstore/db.sqlite3"}
+    settings.pop("DJANGO_SETTINGS_MODULE")
+    settings.pop("PLANTS_LISTEN", None)
+    server = Container(podman, image, "env-example", **settings).start()
+
+    healthy = podman("healthcheck", "run", server.name, check=False).returncode
+    create = request(f"{server.url}/plants", {"id": 1, "name": "Rose"}, server.token())
+
+    assert healthy == 0
+    assert (create[0], create[1]["Location"]) == (301, f"https://{PUBLIC_HOST}/plants")
+    assert server.stored_ids() == set()
 
 
 def test_the_image_holds_the_app_and_its_venv_but_no_checkout_caches_or_secrets(podman, image, tmp_path):

@@ -25,6 +25,7 @@ from tests.live import (
     TLS_PROXY_ADDRESS,
     Load,
     MakeServe,
+    ProxiedConnection,
     live_unit,
     request,
     wait_for_exit,
@@ -242,6 +243,41 @@ def test_a_reload_whose_release_cannot_start_fails_with_the_reason_and_the_runni
     assert version == "1.0.0"
     assert len(load.answers) >= answered_after + 50
     assert [(status, text) for _, status, _, text, _ in load.answers if status != 200] == []
+
+
+def test_the_admin_and_the_metrics_are_served_only_to_the_clients_listed_for_each(tmp_path):
+    metrics_token = "serve-test-metrics-token-" + "z" * 16
+    server = MakeServe(
+        tmp_path,
+        PLANTS_ADMIN_CLIENTS="127.0.0.3",
+        PLANTS_METRICS_CLIENTS="127.0.0.4/32",
+        PLANTS_METRICS_TOKEN=metrics_token,
+    ).start()
+    token = server.token()
+    scrape = {"Authorization": f"Bearer {metrics_token}"}
+    try:
+        answers = {}
+        for client in ("127.0.0.2", "127.0.0.3", "127.0.0.4"):  # each through the TLS proxy, which names it
+            connection = ProxiedConnection(server.port, client=client)
+            for path, headers in (("/admin/login/", {}), ("/metrics", scrape)):
+                connection.request("GET", path, headers=headers)
+                response = connection.getresponse()
+                answers[client, path] = (response.status, response.read().decode() if response.status == 403 else "")
+            connection.close()
+        create = request(f"{server.url}/plants", {"id": 1, "name": "Rose"}, token, X_Forwarded_For="127.0.0.2")
+    finally:
+        server.stop()
+
+    refused = (403, '{"error": 40300, "message": "This path is not served to your address."}')
+    assert answers == {
+        ("127.0.0.2", "/admin/login/"): refused,
+        ("127.0.0.2", "/metrics"): refused,
+        ("127.0.0.3", "/admin/login/"): (200, ""),
+        ("127.0.0.3", "/metrics"): refused,
+        ("127.0.0.4", "/admin/login/"): refused,
+        ("127.0.0.4", "/metrics"): (200, ""),
+    }
+    assert create[0] == 200  # the API is every client's
 
 
 def test_only_nginx_s_workers_may_open_the_app_server_s_socket(served):
