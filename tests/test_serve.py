@@ -262,7 +262,8 @@ def test_the_admin_and_the_metrics_are_served_only_to_the_clients_listed_for_eac
             for path, headers in (("/admin/login/", {}), ("/metrics", scrape)):
                 connection.request("GET", path, headers=headers)
                 response = connection.getresponse()
-                answers[client, path] = (response.status, response.read().decode() if response.status == 403 else "")
+                body = response.read().decode()
+                answers[client, path] = (response.status, body if response.status == 403 else "")
             connection.close()
         create = request(f"{server.url}/plants", {"id": 1, "name": "Rose"}, token, X_Forwarded_For="127.0.0.2")
     finally:
