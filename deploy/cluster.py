@@ -288,7 +288,7 @@ class Cluster:
             self.redis.start()
             if self.pgbouncer:
                 self.pgbouncer.start()
-            for unit in self.units:  # launched from this thread (see die_with_parent), then waited for
+            for unit in self.units:  # launched from this thread (see dying_with_parent), then waited for
                 unit.launch()
             for unit in self.units:
                 unit.wait_ready()

@@ -18,7 +18,7 @@ from pathlib import Path
 import psycopg
 
 from deploy.cluster import DEPLOY, as_unprivileged_user
-from deploy.processes import die_with_parent, free_port, render, stop_process, wait_until
+from deploy.processes import dying_with_parent, free_port, render, stop_process, wait_until
 
 PRIMARY_STATES = {"single", "wait_primary", "primary"}
 
@@ -69,14 +69,14 @@ class DataNode:
 
     def launch(self, *arguments: str) -> None:
         with self.log_path.open("ab") as log:
+            command = [pg_autoctl(), *arguments]
             self.process = subprocess.Popen(
-                [pg_autoctl(), *arguments],
+                dying_with_parent(command) if self.formation.supervised else command,
                 cwd=self.formation.work_dir,
                 env=self.formation.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 process_group=0,
-                preexec_fn=die_with_parent if self.formation.supervised else None,
                 **as_unprivileged_user(),
             )
 

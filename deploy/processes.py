@@ -1,6 +1,5 @@
 """Server processes: start one with its log, wait for it to answer, signal it, stop it, and nothing left over."""
 
-import ctypes
 import http.client
 import os
 import random
@@ -18,14 +17,13 @@ from string import Template
 ROOT = Path(os.path.abspath(__file__)).parent.parent
 BIN = Path(sys.executable).parent  # the venv's scripts: gunicorn, granian, … (as configured, too)
 
-_PR_SET_PDEATHSIG = 1
 
-
-def die_with_parent() -> None:
-    """preexec_fn: the child gets SIGTERM when the thread that started it dies (Linux), so a
-    supervisor killed with SIGKILL leaves no server behind. Only for servers started from a
-    thread that lives as long as they do: the main thread of deploy/serve.py and scripts/cluster."""
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+def dying_with_parent(command: list[str]) -> list[str]:
+    """`command` run by util-linux's setpriv with a parent-death signal: it gets SIGTERM when the
+    thread that started it dies (Linux), so a supervisor killed with SIGKILL leaves no server
+    behind. Only for servers started from a thread that lives as long as they do: the main thread
+    of deploy/serve.py and scripts/cluster."""
+    return ["setpriv", "--pdeathsig", "TERM", *command]
 
 
 def render(template: Path, destination: Path, **values: str) -> Path:
@@ -194,7 +192,7 @@ class ServerProcess:
         reopens_stdout: bool = False,
     ):
         self.name, self.command, self.env, self.log_path = name, command, env, log
-        self.supervised = supervised  # die_with_parent: see there
+        self.supervised = supervised  # dying_with_parent: see there
         self.reopens_stdout = reopens_stdout
         self.process: subprocess.Popen | None = None
 
@@ -204,7 +202,7 @@ class ServerProcess:
         relayed, stdout = os.pipe() if output is None and self.reopens_stdout else (None, output)
         try:
             self.process = subprocess.Popen(
-                self.command,
+                dying_with_parent(self.command) if self.supervised else self.command,
                 cwd=ROOT,
                 env=self.env,
                 stdout=stdout,
@@ -212,7 +210,6 @@ class ServerProcess:
                 # Its own process group: a terminal's Ctrl-C or hang-up reaches the supervisor,
                 # which decides what each server gets.
                 process_group=0,
-                preexec_fn=die_with_parent if self.supervised else None,
             )
         except BaseException:
             if relayed is not None:

@@ -9,7 +9,7 @@ Signals, as an operator or a process supervisor sends them:
   answered, then everything exits and the unit's temp folder is removed.
 - The terminal it started on closing: a graceful stop (the kernel signals only make, the session's
   leader, so the terminal is also watched).
-- SIGKILL: the servers get SIGTERM from the kernel (PR_SET_PDEATHSIG), so none is left running.
+- SIGKILL: the servers get SIGTERM from the kernel (`setpriv --pdeathsig`), so none is left running.
 
 Under systemd (deploy/plantstore.service, Type=notify) it tells systemd when it is ready: once
 /livez answers 200 through nginx. A database or Redis that is down then does not stop it: /healthz
