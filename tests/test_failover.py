@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 
 import psycopg
 import pytest
@@ -21,6 +22,7 @@ import redis
 
 from deploy.database import PRIMARY_STATES, DataNode, FailoverDatabase
 from deploy.processes import ROOT, wait_until
+from plants.timeouts import DEFAULT_DATABASE_TIMEOUT_S
 from tests.live import LIVE_SETTINGS, Load, entry_points, live_cluster, live_env, request
 
 pytestmark = [pytest.mark.postgres, pytest.mark.live]
@@ -39,6 +41,8 @@ UNAVAILABLE = [
     {"error": 50300, "message": "The service cannot reach its database; retry later."},
     {"error": 50300, "message": "No app server could answer; retry later."},
 ]
+# Every create is answered within the database bound (plants/timeouts.py), whatever the formation's state.
+BOUND_SECONDS = DEFAULT_DATABASE_TIMEOUT_S
 log = logging.getLogger(__name__)  # the times measured: pytest --log-cli-level=INFO
 REVOKED = {"error": 40101, "message": "The token has been revoked."}
 
@@ -278,3 +282,98 @@ def test_token_revoked_just_before_a_failover_is_refused_after_it_and_rate_count
     # Redis is no part of the failover: every count is where it was, and the next create adds one.
     assert {key: counted_after[key] for key in counted} == counted
     assert counts()[kept_key] == counted[kept_key] + 1
+
+
+def formation_settings(database: FailoverDatabase) -> tuple[int, dict[str, tuple[bool, int]]]:
+    """The formation's number_sync_standbys and each node's (replication quorum, candidate priority)."""
+    with psycopg.connect(database.monitor_url, connect_timeout=2, autocommit=True) as conn:
+        (number_sync_standbys,) = conn.execute(
+            "SELECT number_sync_standbys FROM pgautofailover.formation WHERE formationid = 'default'"
+        ).fetchone()
+        nodes = conn.execute("SELECT nodename, replicationquorum, candidatepriority FROM pgautofailover.node")
+        return number_sync_standbys, {name: (quorum, priority) for name, quorum, priority in nodes}
+
+
+def monitor_now(database: FailoverDatabase) -> datetime:
+    with psycopg.connect(database.monitor_url, connect_timeout=2, autocommit=True) as conn:
+        return conn.execute("SELECT now()").fetchone()[0]
+
+
+def last_report(database: FailoverDatabase, node: DataNode) -> datetime:
+    """When the node's keeper last reported to the monitor (by the monitor's clock)."""
+    with psycopg.connect(database.monitor_url, connect_timeout=2, autocommit=True) as conn:
+        query = "SELECT reporttime FROM pgautofailover.node WHERE nodename = %s"
+        return conn.execute(query, [node.name]).fetchone()[0]
+
+
+def timed_creates(url: str, token: str, plant_ids, seconds: float, clients: int = 4) -> list[tuple]:
+    """(id, status, body, sent, seconds to the answer) of each create `clients` clients send for
+    `seconds`, each 0.1 s after its last answer (as a client retries a 503), none sent again."""
+    deadline = time.monotonic() + seconds
+
+    def client() -> list[tuple]:
+        answers = []
+        while (sent := time.monotonic()) < deadline:
+            plant_id = next(plant_ids)
+            status, _, text = request(url, {"id": plant_id, "name": "Rose"}, token)
+            answers.append((plant_id, status, json.loads(text) if text else None, sent, time.monotonic() - sent))
+            time.sleep(0.1)
+        return answers
+
+    with ThreadPoolExecutor(max_workers=clients) as pool:
+        return [answer for answers in pool.map(lambda _: client(), range(clients)) for answer in answers]
+
+
+def test_standby_lost_creates_go_on_on_the_primary_alone_and_the_primary_lost_too_answers_503_until_it_is_back(
+    healthy, cluster
+):
+    token = issue_token(healthy, "standby-lost-client")
+    url, plant_ids = f"{cluster.url}/plants", iter(range(300_000, 400_000))
+    primary, (standby,) = healthy.primary(), healthy.standbys()
+    # The availability choice, pg_auto_failover's defaults (docs/decisions/failover.md): the one standby
+    # is in the replication quorum and a candidate, and no standby is required to accept a write.
+    assert formation_settings(healthy) == (0, {primary.name: (True, 50), standby.name: (True, 50)})
+
+    standby.kill()
+    # The creates sent before the monitor puts the primary in wait_primary wait for the standby,
+    # and are answered 200 once the primary stops waiting for it.
+    standby_lost = timed_creates(url, token, plant_ids, seconds=8)
+    single_copy = timed_creates(url, token, plant_ids, seconds=2)
+    states, (standby_names,) = healthy.states(), FailoverDatabase.execute(primary, "SHOW synchronous_standby_names")[0]
+    log.info(
+        "standby lost: the slowest create answered in %.1f s; the primary in %s, synchronous_standby_names %r",
+        *(max(answer[4] for answer in standby_lost), states[primary.name], standby_names),
+    )
+    assert {(status, seconds < BOUND_SECONDS) for _, status, _, _, seconds in standby_lost + single_copy} == {
+        (200, True)
+    }
+    assert states[primary.name] == ("wait_primary", "wait_primary") and standby_names == ""
+    assert len(single_copy) >= 20
+    acknowledged = {answer[0] for answer in standby_lost + single_copy}
+    assert acknowledged <= stored_ids(primary)
+
+    primary.kill()  # no node holds the creates acknowledged since the standby was lost but this one
+    both_lost = timed_creates(url, token, plant_ids, seconds=4)
+    restarted_at = monitor_now(healthy)
+    standby.start()  # back, but behind: the monitor does not promote it, and it waits for the primary
+    wait_until(lambda: last_report(healthy, standby) > restarted_at, None, 30, "the standby's report")
+    standby_back = timed_creates(url, token, plant_ids, seconds=6)
+    states = healthy.states()
+    log.info(
+        "primary lost too: %d creates refused, the slowest in %.1f s; the standby back reports %s",
+        *(len(both_lost + standby_back), max(answer[4] for answer in both_lost + standby_back), states[standby.name]),
+    )
+    refusals = {
+        (status, body in UNAVAILABLE, seconds < BOUND_SECONDS)
+        for _, status, body, _, seconds in both_lost + standby_back
+    }
+    assert refusals == {(503, True, True)}
+    assert states[standby.name][1] not in PRIMARY_STATES and states[primary.name][1] in PRIMARY_STATES
+
+    primary.start()  # the lost primary's host is back: it serves again, and the standby catches up
+    healthy.wait_until_healthy(timeout=60)
+    wait_until(lambda: request(url, {"id": next(plant_ids), "name": "Rose"}, token)[0] == 200, None, 15, "a create")
+    refused = {answer[0] for answer in both_lost + standby_back}
+    assert healthy.primary() is primary and acknowledged <= stored_ids(primary)
+    assert not refused & stored_ids(primary)
+    wait_until(lambda: acknowledged <= stored_ids(standby), None, 10, "the standby's copy")
