@@ -134,8 +134,9 @@ def test_postgresql_s_disk_filled_under_load_answers_200_or_503_loses_nothing_an
             freed = time.monotonic()
             while not answered_200_since(load, freed) and time.monotonic() < freed + SERVES_AGAIN_WITHIN_S:
                 if database.process.poll() is not None:
-                    # The postmaster gave up (its crash recovery could not write): production's
-                    # supervisor starts it again (systemd's Restart=on-failure), as the test does here.
+                    # The postmaster gave up (its crash recovery could not write either): started
+                    # again on its data, as the systemd drop-in docs/operating.md gives does
+                    # (Restart=on-failure; Debian's postgresql@.service has none).
                     database.launch()
                     restarts += 1
                 time.sleep(0.05)
