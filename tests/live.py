@@ -367,13 +367,13 @@ def wait_for_app_workers(log: Callable[[], str], process: subprocess.Popen, time
 
 
 class MakeServe:
-    """`make serve` as an operator runs it, on a throwaway SQLite database in `work_dir`, in its own
-    session; `terminal` (a pty's slave fd) makes that terminal its controlling terminal."""
+    """`make serve` as an operator runs it, on a throwaway SQLite database in `work_dir` (or the file
+    `database`), in its own session; `terminal` (a pty's slave fd) makes that terminal its controlling terminal."""
 
-    def __init__(self, work_dir: Path, terminal: int | None = None, **env: str):
+    def __init__(self, work_dir: Path, terminal: int | None = None, database: Path | None = None, **env: str):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.database = work_dir / "db.sqlite3"
+        self.database = database or work_dir / "db.sqlite3"
         self.log_path = work_dir / "serve.log"
         self.terminal = terminal
         self.env = {

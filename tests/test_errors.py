@@ -1,6 +1,8 @@
 """Every non-2xx answer, from every layer, is a JSON Error body with a code from the catalog."""
 
+import importlib
 import json
+import sqlite3
 
 import pytest
 from django.test import Client
@@ -330,3 +332,61 @@ def test_write_refused_by_a_server_that_turned_read_only_is_answered_503_not_500
         503,
         {"error": 50300, "message": "The service cannot reach its database; retry later."},
     )
+
+
+# What a full disk raises, as Django raises it from each driver's error: SQLite's SQLITE_FULL, and
+# PostgreSQL's refusals while its disk is full and after it PANICs on a WAL write it cannot make (the
+# connection cut, then refused while the server restarts and recovers).
+FULL_DISK_ERRORS = {
+    "sqlite-full": ("sqlite3", "OperationalError", "database or disk is full"),
+    "postgresql-disk-full": (
+        "psycopg.errors",
+        "DiskFull",
+        'could not extend file "base/16384/16400": wrote only 4096 of 8192 bytes at block 7',
+    ),
+    "postgresql-crashed": (
+        "psycopg",
+        "OperationalError",
+        "consuming input failed: server closed the connection unexpectedly",
+    ),
+    "postgresql-crash-shutdown": (
+        "psycopg.errors",
+        "CrashShutdown",
+        "terminating connection because of crash of another server process",
+    ),
+    "postgresql-recovering": ("psycopg.errors", "CannotConnectNow", "the database system is in recovery mode"),
+}
+
+
+@pytest.mark.parametrize("error", FULL_DISK_ERRORS.values(), ids=FULL_DISK_ERRORS.keys())
+def test_errors_of_a_full_disk_are_answered_503_not_500(error):
+    from django.db import OperationalError
+
+    from plants.exception_handler import api_exception_handler
+
+    module, name, message = error
+    driver_error = getattr(importlib.import_module(module), name)(message)
+    raised = OperationalError(message)  # Django's class for each: its wrapper maps by the driver's class
+    raised.__cause__ = driver_error
+
+    response = api_exception_handler(raised, {})
+
+    assert (response.status_code, response.data) == (
+        503,
+        {"error": 50300, "message": "The service cannot reach its database; retry later."},
+    )
+
+
+def test_create_on_a_full_sqlite_disk_returns_503_error_body_and_stores_nothing(post_plant, monkeypatch):
+    from django.db import connection
+
+    def disk_full(**kwargs):
+        with connection.wrap_database_errors:  # as Django's cursor raises SQLite's error
+            raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr("plants.views.plant_create", disk_full)
+
+    response = post_plant({"id": 1, "name": "Rose"})
+
+    assert_error(response, 503, 50300, "The service cannot reach its database; retry later.")
+    assert Plant.objects.count() == 0

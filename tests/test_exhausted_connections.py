@@ -40,7 +40,7 @@ class SmallPostgres:
     SUPERUSER, as production's are: `plantstore` (the app's, owning the database `plantstore`) and
     `other_app`. It runs as `postgres` when started as root (initdb and postgres refuse root)."""
 
-    def __init__(self, max_connections: int, reserved: int):
+    def __init__(self, max_connections: int, reserved: int, **settings):
         self.bin = postgresql_bin()
         self.port = free_port()
         self.max_connections, self.reserved = max_connections, reserved
@@ -48,25 +48,23 @@ class SmallPostgres:
         self.work_dir.chmod(0o755)
         if os.geteuid() == 0:
             shutil.chown(self.work_dir, "postgres", "postgres")
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> "SmallPostgres":
-        data = self.work_dir / "data"
-        initdb = [str(self.bin / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "--no-sync"]
-        subprocess.run(initdb, check=True, capture_output=True, **as_unprivileged_user())
-        settings = {
+        self.data = self.work_dir / "data"
+        # `settings` in place of these (postgresql.conf's names).
+        self.settings = {
             "listen_addresses": "127.0.0.1",
             "port": self.port,
             "unix_socket_directories": self.work_dir,
             "max_connections": self.max_connections,
             "superuser_reserved_connections": self.reserved,
             "fsync": "off",  # thrown away after the test
+            **settings,
         }
-        command = [str(self.bin / "postgres"), "-D", str(data)]
-        command += [argument for name, value in settings.items() for argument in ("-c", f"{name}={value}")]
-        log = (self.work_dir / "postgres.log").open("wb")
-        self.process = subprocess.Popen(command, stdout=log, stderr=log, **as_unprivileged_user())
-        wait_until(self.answers, self.process, 30, "postgres")
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> "SmallPostgres":
+        initdb = [str(self.bin / "initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync"]
+        subprocess.run(initdb, check=True, capture_output=True, **as_unprivileged_user())
+        self.launch()
         with self.connect("postgres", "postgres") as admin:
             for statement in (
                 "CREATE ROLE plantstore LOGIN",
@@ -75,6 +73,15 @@ class SmallPostgres:
             ):
                 admin.execute(statement)
         return self
+
+    def launch(self) -> None:
+        """Start the server on its data (again, after it exited), its output appended to its log;
+        wait until it answers."""
+        command = [str(self.bin / "postgres"), "-D", str(self.data)]
+        command += [argument for name, value in self.settings.items() for argument in ("-c", f"{name}={value}")]
+        with (self.work_dir / "postgres.log").open("ab") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=log, **as_unprivileged_user())
+        wait_until(self.answers, self.process, 30, "postgres")
 
     def answers(self) -> bool:
         try:
