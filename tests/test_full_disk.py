@@ -148,7 +148,9 @@ def test_postgresql_s_disk_filled_under_load_answers_200_or_503_loses_nothing_an
         unit.stop()
     log = database.log()
 
-    assert "could not extend file" in log and "PANIC:  could not write to file" in log, log[-3000:]
+    # The disk was full for PostgreSQL. Whether it also PANICked depends on whether its next WAL
+    # segment was already on disk (a recycled one): the client's answers are the same either way.
+    assert "could not extend file" in log, log[-3000:]
     assert refused_since(load, switched) >= REFUSED_WHILE_FULL
     assert_every_answer_200_or_503(load)
     assert served_again_after < SERVES_AGAIN_WITHIN_S, (restarts, log[-3000:])
