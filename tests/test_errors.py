@@ -377,6 +377,7 @@ def test_errors_of_a_full_disk_are_answered_503_not_500(error):
     )
 
 
+@pytest.mark.sqlite  # SQLite's own error, as Django's SQLite backend wraps it
 def test_create_on_a_full_sqlite_disk_returns_503_error_body_and_stores_nothing(post_plant, monkeypatch):
     from django.db import connection
 
