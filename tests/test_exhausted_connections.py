@@ -244,7 +244,9 @@ def test_pgbouncer_pool_held_answers_503_after_its_queue_wait_and_serves_again_o
 
     assert queue_wait_s <= BOUND_S
     assert (liveness[1][0], liveness[1][2]) == (200, '{"status": "ok"}')
-    assert liveness[0] < 1 and creates_were_waiting
+    # /livez answers within the bound too: a worker whose threads all wait in PgBouncer's queue may
+    # hold it until their wait ends (Granian hands a worker's connections to its own threads).
+    assert liveness[0] < BOUND_S + MARGIN_S and creates_were_waiting
     for elapsed, (status, headers, text) in [*created, later]:
         assert (status, headers["Content-Type"], text) == (503, "application/json", DATABASE_DOWN)
         assert queue_wait_s - 0.5 < elapsed < BOUND_S + MARGIN_S  # it waited in PgBouncer's queue, and no longer
