@@ -134,7 +134,7 @@ $(VENV)/django-peers/.installed: requirements.txt bench/peers/requirements-djang
 bench: $(VENV)/.dev $(VENV)/peers/.installed $(VENV)/django-peers/.installed ## benchmark POST /plants beside a bare Django view, DRF and django-ninja peers and a FastAPI peer (wrk, PostgreSQL); writes BENCHMARKS.md
 	scripts/debian-packages postgresql wrk redis-server nginx
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_DURABLE=1 PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
-		scripts/with-postgres $(PYTHON) -m bench.run
+		scripts/with-postgres bash -c '$(PYTHON) -m bench.run && $(PYTHON) -m bench.count_ceiling'
 
 
 

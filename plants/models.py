@@ -89,7 +89,8 @@ class RateLimitCounter(models.Model):
     One row per token, counted by one atomic upsert per request and reused from window to window,
     so the table never holds more rows than there are tokens that made a request; and one per client
     address that failed authentication lately (key `client:<address>`, plants/authentication_limit.py),
-    deleted once its window has ended.
+    deleted once its window has ended. UNLOGGED on PostgreSQL (migration 0005): a crash or a
+    failover starts the counts afresh (docs/api.md, Rate limits).
     """
 
     key = models.CharField(primary_key=True, max_length=64, help_text="The token's digest.")

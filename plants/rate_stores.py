@@ -6,7 +6,9 @@ store: each request is one atomic increment in the store, never a count kept in 
   Redis backend: `incr()` is Redis' INCR, and `add()` makes a window's key with its expiry (SET NX EX).
 - Otherwise the database counts, with its own atomic upsert (INSERT ... ON CONFLICT DO UPDATE, on
   PostgreSQL and on SQLite 3.35 or later): one statement per request, one row per token, reused from
-  window to window, so the table holds no more rows than there are tokens.
+  window to window, so the table holds no more rows than there are tokens. On PostgreSQL the table
+  is UNLOGGED: no flush per count, and a crash or a failover starts the counts afresh
+  (docs/decisions/rate-limit-store.md).
 A store that cannot count raises StoreError (Redis) or the database's own error, and the request is
 answered 503: the limit fails closed, never open.
 """

@@ -21,6 +21,7 @@ from deploy.unit import Unit
 from plants import timeouts
 from plants.rate_stores import RATE_LIMIT_CACHE
 from plants.services import token_issue
+from tests.archived_postgres import ArchivedPostgres
 from tests.live import database_url, live_unit
 
 
@@ -171,6 +172,16 @@ def other_sessions(cursor) -> int:
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
     )
     return cursor.fetchone()[0]
+
+
+@pytest.fixture
+def archived_postgres():
+    """A PostgreSQL server of the test's own, archived and backed up as docs/operating.md sets one up."""
+    database = ArchivedPostgres()
+    try:
+        yield database.create()
+    finally:
+        database.remove()
 
 
 @pytest.fixture

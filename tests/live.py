@@ -268,6 +268,14 @@ class LiveUnit(Unit):
         return self
 
 
+def manage_on(database_url: str, *arguments: str) -> str:
+    """manage.py as an operator runs it on the production host, with its settings, on `database_url`:
+    its output."""
+    command = [sys.executable, "manage.py", *arguments]
+    env = live_env(DATABASE_URL=database_url)
+    return subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout.strip()
+
+
 def live_unit(log_dir: Path, **env: str) -> LiveUnit:
     """A production unit (deploy/unit.py: nginx, then the app server) on a free loopback port, with
     live_env(**env), its output in a log in `log_dir`; start() it (and wait for all its app workers)."""

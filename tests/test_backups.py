@@ -4,8 +4,6 @@ before a mistake with pgBackRest, and SQLite's online copy (manage.py sqlite_bac
 import json
 import shutil
 import sqlite3
-import subprocess
-import sys
 import time
 from contextlib import closing
 from pathlib import Path
@@ -16,8 +14,7 @@ from django.db import connection
 
 from deploy.processes import ROOT, wait_until
 from plants.models import Plant
-from tests.archived_postgres import ArchivedPostgres
-from tests.live import Load, MakeServe, create_many, live_env, live_unit, request
+from tests.live import Load, MakeServe, create_many, live_unit, manage_on, request
 
 # Where the PostgreSQL drill writes what it measured (make clean removes test-artifacts).
 DRILL_FIGURES = ROOT / "test-artifacts" / "backup-drill.json"
@@ -85,22 +82,6 @@ def test_an_online_sqlite_backup_under_load_restored_holds_every_create_acknowle
     assert stored == restored | {10**9}
 
 
-@pytest.fixture
-def archived_postgres():
-    database = ArchivedPostgres()
-    try:
-        yield database.create()
-    finally:
-        database.remove()
-
-
-def manage(database_url: str, *arguments: str) -> str:
-    """manage.py as an operator runs it on the production host: its settings, its database."""
-    command = [sys.executable, "manage.py", *arguments]
-    env = live_env(DATABASE_URL=database_url)
-    return subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout.strip()
-
-
 def created(answers: list[tuple], ids) -> set[int]:
     assert [status for status, _ in answers] == [200] * len(answers), answers[:3]
     return set(ids)
@@ -112,8 +93,8 @@ def test_a_point_in_time_restore_brings_back_every_create_acknowledged_before_th
     tmp_path, archived_postgres, record_property
 ):
     database = archived_postgres
-    manage(database.url, "migrate", "--no-input")
-    token = manage(database.url, "token", "issue", "drill")
+    manage_on(database.url, "migrate", "--no-input")
+    token = manage_on(database.url, "token", "issue", "drill")
     unit = live_unit(tmp_path, DATABASE_URL=database.url).start()
     try:
         url = unit.url
@@ -127,8 +108,8 @@ def test_a_point_in_time_restore_brings_back_every_create_acknowledged_before_th
         target = database.query("SELECT now()::text")[0][0]
         database.query("DELETE FROM plants_plant")
         created(create_many(url, token, range(1001, 1051), "after the mistake"), range(1001, 1051))
-        manage(database.url, "token", "revoke", "drill")
-        late_token = manage(database.url, "token", "issue", "issued-after-the-mistake")
+        manage_on(database.url, "token", "revoke", "drill")
+        late_token = manage_on(database.url, "token", "issue", "issued-after-the-mistake")
 
         started = time.monotonic()
         restore_s, start_s = database.restore_to(target)

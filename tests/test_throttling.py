@@ -12,7 +12,7 @@ from plants import rate_stores
 from plants.models import Plant, RateLimitCounter
 from plants.services import token_issue
 from plants.throttling import RatePolicy, rate_policy
-from tests.live import request
+from tests.live import live_unit, manage_on, request
 
 pytestmark = pytest.mark.django_db
 
@@ -304,3 +304,39 @@ def test_quota_spent_is_kept_across_a_restart_of_the_server(production_unit, tmp
     assert [status for status, _, _ in spent] == [200] * (QUOTA - 1)
     assert sorted(status for status, _, _ in answers) == [200, 429]
     assert Plant.objects.count() == QUOTA
+
+
+@pytest.mark.live
+@pytest.mark.own_database
+def test_postgresql_keeps_the_counts_over_a_clean_restart_and_starts_them_afresh_after_a_crash(
+    tmp_path, archived_postgres
+):
+    """The counts are in an UNLOGGED table (docs/decisions/rate-limit-store.md): a clean restart of
+    PostgreSQL keeps them; a crash empties them, so a token's quota is granted afresh in that window.
+    Every create acknowledged stays stored either way."""
+    database = archived_postgres
+    manage_on(database.url, "migrate", "--no-input")
+    token = manage_on(database.url, "token", "issue", "counted")
+    unit = live_unit(tmp_path, DATABASE_URL=database.url, PLANTS_THROTTLE_RATE="3/hour").start()
+
+    def create(plant_id: int) -> tuple[int, str]:
+        # The unit stays up while PostgreSQL restarts: its workers' next connection is a new one.
+        status, headers, _ = request(f"{unit.url}/plants", {"id": plant_id, "name": "Fern"}, token)
+        return status, headers["RateLimit"].removeprefix('"default";').split(";")[0] if headers else None
+
+    try:
+        wait_out_the_top_of_the_hour()
+        spent = [create(plant_id) for plant_id in (1, 2, 3)]
+        database.stop()
+        database.start()
+        after_a_clean_restart = create(4)
+        database.run(database.bin / "pg_ctl", "-D", database.pgdata, "-m", "immediate", "stop")
+        database.start()  # crash recovery
+        after_a_crash = [create(plant_id) for plant_id in (5, 6, 7, 8)]
+    finally:
+        unit.stop()
+
+    assert spent == [(200, "r=2"), (200, "r=1"), (200, "r=0")]
+    assert after_a_clean_restart == (429, "r=0")
+    assert after_a_crash == [(200, "r=2"), (200, "r=1"), (200, "r=0"), (429, "r=0")]
+    assert database.query("SELECT id FROM plants_plant ORDER BY id") == [(1,), (2,), (3,), (5,), (6,), (7,)]
