@@ -131,10 +131,16 @@ $(VENV)/django-peers/.installed: requirements.txt bench/peers/requirements-djang
 	$(VENV)/django-peers/bin/pip install --quiet --disable-pip-version-check -r bench/peers/requirements-django.txt
 	touch $@
 
-bench: $(VENV)/.dev $(VENV)/peers/.installed $(VENV)/django-peers/.installed ## benchmark POST /plants beside a bare Django view, DRF and django-ninja peers and a FastAPI peer (wrk, PostgreSQL); writes BENCHMARKS.md
+# Locust, make bench's open-loop load, has its own venv too.
+$(VENV)/load/.installed: bench/requirements-load.txt | $(VENV)/.runtime
+	python3 -m venv $(VENV)/load
+	$(VENV)/load/bin/pip install --quiet --disable-pip-version-check -r bench/requirements-load.txt
+	touch $@
+
+bench: $(VENV)/.dev $(VENV)/peers/.installed $(VENV)/django-peers/.installed $(VENV)/load/.installed ## benchmark POST /plants beside a bare Django view, DRF and django-ninja peers and a FastAPI peer (wrk for throughput, Locust for latency at a fixed load, PostgreSQL as production runs it), and one client's ceiling (bench/count_ceiling.py); writes BENCHMARKS.md
 	scripts/debian-packages postgresql wrk redis-server nginx
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_DURABLE=1 PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
-		scripts/with-postgres bash -c '$(PYTHON) -m bench.run && $(PYTHON) -m bench.count_ceiling'
+		BENCH_LOCUST=$(VENV)/load/bin/locust scripts/with-postgres bash -c '$(PYTHON) -m bench.run && $(PYTHON) -m bench.count_ceiling'
 
 
 

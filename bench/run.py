@@ -3,14 +3,17 @@ path (a unit of deploy/unit.py; the FastAPI peer under uvicorn behind the same n
 rounds. Run under scripts/with-postgres; prints the figures and writes them to BENCHMARKS.md.
 """
 
+import csv
 import functools
 import json
+import math
 import os
 import platform
 import secrets
 import statistics
 import subprocess
 import sys
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,6 +28,14 @@ from deploy.unit import UPSTREAM_IDLE_S
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 7))
 SECONDS = int(os.environ.get("BENCH_SECONDS", 8))
 CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", 16))
+# Latency at a fixed offered load: each target gets the same constant rate, a share of the slowest
+# target's throughput, from Locust (bench/locustfile.py) for LATENCY_SECONDS.
+LOAD_SHARES = (0.5, 0.8)
+LATENCY_SECONDS = int(os.environ.get("BENCH_LATENCY_SECONDS", 20))
+# Each Locust user sends one create per interval: far above every answer's time, so the rate
+# offered never waits for the server.
+USER_INTERVAL_S = 0.1
+LOCUST = os.environ.get("BENCH_LOCUST", str(ROOT / ".venv" / "load" / "bin" / "locust"))  # make bench: its venv's
 WRK_THREADS = 2
 # name: (server, path, column heading); the service's throughput is compared with the others'.
 TARGETS = {
@@ -133,11 +144,12 @@ def main() -> None:
         for peer in ("drf", "ninja"):
             servers[peer] = django_peer(peer, LOG_DIR, **ENV).start()
         rounds = run_rounds(servers, token)
+        latency = fixed_rate_latency(servers, token, rounds)
         peak_rss = {name: worker_peak_rss_mib(server) for name, server in servers.items()}
     finally:
         for server in servers.values():
             server.stop()
-    report(rounds, peak_rss)
+    report(rounds, latency, peak_rss)
 
 
 def run_rounds(servers: dict, token: str) -> dict[str, list[dict]]:
@@ -162,6 +174,63 @@ def run_rounds(servers: dict, token: str) -> dict[str, list[dict]]:
             results[name].append(figures)
             print(f"round {round_number + 1} {name:13} {figures['rps']:8.0f} req/s", flush=True)
     return results
+
+
+def fixed_rate_latency(servers: dict, token: str, rounds: dict) -> dict[float, dict]:
+    """{share: {target: figures}}: each target driven at `share` of the slowest target's median
+    throughput, the same rate for all, one after another."""
+    slowest = min(statistics.median(f["rps"] for f in figures) for figures in rounds.values())
+    found = {}
+    for share_index, share in enumerate(LOAD_SHARES):
+        found[share] = {}
+        for index, (name, (server, path, _)) in enumerate(TARGETS.items()):
+            id_base = ID_BLOCK * (1000 + 10 * share_index + index)
+            found[share][name] = locust(servers[server].url, path, token, id_base, share * slowest)
+            print(f"{share:.0%} load {name:13} p50 {found[share][name]['p50_ms']} ms, p99 "
+                  f"{found[share][name]['p99_ms']} ms at {found[share][name]['rps']:.0f} req/s", flush=True)  # fmt: skip
+    return found
+
+
+def locust(url: str, path: str, token: str, id_base: int, rate: float) -> dict:
+    """Locust offering `rate` creates a second to `url` for LATENCY_SECONDS: the rate served, p50 and p99."""
+    users = max(1, math.ceil(rate * USER_INTERVAL_S))
+    with tempfile.TemporaryDirectory(prefix="plantstore-locust.") as work_dir:
+        prefix = Path(work_dir) / "figures"
+        subprocess.run(
+            [
+                str(LOCUST),
+                "-f",
+                "bench/locustfile.py",
+                "--headless",
+                "--only-summary",
+                "--host",
+                url,
+                f"--users={users}",
+                f"--spawn-rate={users}",
+                f"--run-time={LATENCY_SECONDS}s",
+                f"--csv={prefix}",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env={
+                **os.environ,
+                "BENCH_TOKEN": token,
+                "BENCH_ID_BASE": str(id_base),
+                "BENCH_HOST": BENCH_HOST,
+                "BENCH_PATH": path,
+                "BENCH_INTERVAL_S": str(users / rate),
+            },
+        )  # fmt: skip; its exit status is 1 when a request failed: counted below
+        with open(f"{prefix}_stats.csv") as file:
+            total = next(row for row in csv.DictReader(file) if row["Name"] == "Aggregated")
+    return {
+        "offered": rate,
+        "rps": float(total["Requests/s"]),
+        "failures": int(total["Failure Count"]),
+        "p50_ms": float(total["50%"]),
+        "p99_ms": float(total["99%"]),
+    }
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -201,7 +270,7 @@ def ratio(rounds: dict, name: str, other: str) -> float:
     return statistics.median(s["rps"] / o["rps"] for s, o in zip(rounds[name], rounds[other], strict=True))
 
 
-def report(rounds: dict, peak_rss: dict) -> None:
+def report(rounds: dict, latency: dict, peak_rss: dict) -> None:
     figures = {name: summarize(rounds[name]) for name in TARGETS}
     rss = {name: peak_rss[server] for name, (server, *_) in TARGETS.items()}
     columns = list(TARGETS)
@@ -215,7 +284,17 @@ def report(rounds: dict, peak_rss: dict) -> None:
         row(f"requests/s (median of {ROUNDS} rounds)", lambda n: f"{figures[n]['rps']:.0f}"),
         row("latency p50", lambda n: f"{figures[n]['p50_ms']:.2f} ms"),
         row("latency p99", lambda n: f"{figures[n]['p99_ms']:.2f} ms"),
-        row("non-2xx answers", lambda n: str(figures[n]["non_2xx"])),
+        *(
+            row(
+                f"open loop, {share:.0%} of the slowest's rate ({latency[share]['service']['offered']:.0f}/s): p50 / p99",
+                lambda n, share=share: f"{latency[share][n]['p50_ms']:.0f} / {latency[share][n]['p99_ms']:.0f} ms",
+            )
+            for share in LOAD_SHARES
+        ),  # fmt: skip
+        row(
+            "non-2xx answers",
+            lambda n: str(figures[n]["non_2xx"] + sum(latency[s][n]["failures"] for s in LOAD_SHARES)),
+        ),
         row("socket errors", lambda n: str(figures[n]["socket_errors"])),
         row("2xx answers / rows stored", lambda n: f"{figures[n]['answered_2xx']} / {figures[n]['stored']}"),
         row("server CPU per request (all its processes, nginx's included)", lambda n: f"{figures[n]['cpu_us']:.0f} µs"),
@@ -229,7 +308,10 @@ def report(rounds: dict, peak_rss: dict) -> None:
         f"({figures['service']['p99_ms'] / peer_p99:.1f} ×, closed loop); "
         f"**service ÷ DRF peer {ratio(rounds, 'service', 'drf'):.2f}**; **service ÷ django-ninja peer "
         f"{ratio(rounds, 'service', 'ninja'):.2f}**; "
-        f"service ÷ bare view: {ratio(rounds, 'service', 'bare'):.2f}. Each is the median of "
+        f"service ÷ bare view: {ratio(rounds, 'service', 'bare'):.2f}. At the same offered load "
+        f"(open loop, {LOAD_SHARES[0]:.0%} of the slowest target's rate), **p99 ÷ the FastAPI peer's: "
+        f"{latency[LOAD_SHARES[0]]['service']['p99_ms'] / latency[LOAD_SHARES[0]]['fastapi']['p99_ms']:.1f} ×**. "
+        "Each throughput ratio is the median of "
         "the rounds' ratios: the machine is shared, so absolute figures drift between rounds, and a ratio "
         "taken within a round cancels most of that.",
         f"**SQL statements per authenticated create: {figures['service']['statements']:.2f}**, "
@@ -255,6 +337,10 @@ def report(rounds: dict, peak_rss: dict) -> None:
         "`full_page_writes` and `synchronous_commit` on), pg_stat_statements loaded",
         f"- Load: `wrk -t{WRK_THREADS} -c{CONNECTIONS} -d{SECONDS}s -s bench/create.lua`, on the same machine; "
         f"{ROUNDS} rounds, each running all {len(TARGETS)} (rotating which goes first), after a warm-up of each",
+        f"- Latency at a fixed load: Locust (`bench/locustfile.py`, its own venv), each user one create every "
+        f"{USER_INTERVAL_S * 1000:.0f} ms on its own schedule, {LATENCY_SECONDS} s per target at "
+        f"{', '.join(f'{share:.0%}' for share in LOAD_SHARES)} of the slowest target's median throughput "
+        "(Locust rounds times above 100 ms to 10 ms)",
         "- Each request creates a new plant (unique ids) with a real bearer token, looked up on every request; "
         "the bare view is `json.loads`, `Plant.objects.create`, `JsonResponse` through the same middleware.",
         "",
@@ -264,7 +350,14 @@ def report(rounds: dict, peak_rss: dict) -> None:
     ]
     write_section("make bench", "\n".join(section))
     failed = [
-        name for name in TARGETS if name != "service" and (figures[name]["non_2xx"] or figures[name]["socket_errors"])
+        name
+        for name in TARGETS
+        if name != "service"
+        and (
+            figures[name]["non_2xx"]
+            or figures[name]["socket_errors"]
+            or any(latency[s][name]["failures"] for s in LOAD_SHARES)
+        )
     ]
     if failed:
         # A baseline that failed requests did less work than a real create: the ratio means nothing.

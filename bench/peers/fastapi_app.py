@@ -133,6 +133,11 @@ async def create_plant(
     return Plant(id=plant.id, name=plant.name, tag=plant.tag)
 
 
+@app.get("/livez")  # a unit is ready once it answers (deploy/unit.py)
+async def live() -> dict:
+    return {"status": "ok"}
+
+
 @app.get("/healthz")
 async def health() -> dict:
     async with app.state.pool.acquire() as connection:

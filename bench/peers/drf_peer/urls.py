@@ -1,4 +1,4 @@
-"""The DRF peer's URLs: POST /plants on a router, the admin, and /healthz for the bench."""
+"""The DRF peer's URLs: POST /plants on a router, the admin, and /healthz and /livez for the bench (a unit is ready on /livez)."""
 
 from django.contrib import admin
 from django.http import JsonResponse
@@ -13,5 +13,6 @@ router.register("plants", PlantViewSet)
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", lambda request: JsonResponse({"status": "ok"})),
+    path("livez", lambda request: JsonResponse({"status": "ok"})),
     *router.urls,
 ]
