@@ -16,7 +16,7 @@ FAILOVER_PACKAGES = pg-auto-failover-cli postgresql-$$(ls /usr/lib/postgresql | 
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .DEFAULT_GOAL := help
-.PHONY: help run check serve cluster image container-packages bench bench-inprocess bench-cluster profile test test-newest newest-pins lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
+.PHONY: help run check serve cluster image container-packages bench soak bench-inprocess bench-cluster profile test test-newest newest-pins lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -95,10 +95,10 @@ format: $(VENV)/.dev ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff format .
 
 test-sqlite: $(VENV)/.dev system-packages container-packages ## the test suite on SQLite (the embedded default); PostgreSQL-only and `alone` tests deselected
-	env -u DATABASE_URL $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile $(COVERAGE_ARGS) --durations=15 $(PYTEST_ARGS)
+	env -u DATABASE_URL $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup $(COVERAGE_ARGS) --durations=15 $(PYTEST_ARGS)
 
 test-postgres: $(VENV)/.dev system-packages ## the whole test suite on a throwaway PostgreSQL server (scripts/with-postgres)
-	scripts/with-postgres bash -c '$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone" $(COVERAGE_ARGS) --durations=15 $(PYTEST_ARGS) \
+	scripts/with-postgres bash -c '$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup -m "not alone" $(COVERAGE_ARGS) --durations=15 $(PYTEST_ARGS) \
 		&& { $(VENV)/bin/pytest -m alone $(COVERAGE_ARGS) $(PYTEST_ARGS) || [ $$? -eq 5 ]; }'  # 5: PYTEST_ARGS left none
 
 coverage-erase: $(VENV)/.dev ## forget the coverage of earlier runs
@@ -143,6 +143,10 @@ bench: $(VENV)/.dev $(VENV)/peers/.installed $(VENV)/django-peers/.installed $(V
 		BENCH_LOCUST=$(VENV)/load/bin/locust scripts/with-postgres bash -c '$(PYTHON) -m bench.run && $(PYTHON) -m bench.count_ceiling'
 
 
+
+soak: $(VENV)/.dev $(VENV)/load/.installed ## the service as make serve runs it under steady load for SOAK_MINUTES (20): RSS and open files per worker, database connections and p99 each minute, flat or it fails; writes BENCHMARKS.md
+	scripts/debian-packages postgresql nginx
+	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_DURABLE=1 BENCH_LOCUST=$(VENV)/load/bin/locust scripts/with-postgres $(PYTHON) -m bench.soak
 
 bench-inprocess: $(VENV)/.dev ## CPU µs per POST /plants in-process (WSGI app called directly, PostgreSQL); BASELINE=<commit> for an A/B
 	scripts/debian-packages postgresql

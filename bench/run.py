@@ -191,8 +191,8 @@ def fixed_rate_latency(servers: dict, token: str, rounds: dict) -> dict[float, d
     return found
 
 
-def locust(url: str, path: str, token: str, id_base: int, rate: float) -> dict:
-    """Locust offering `rate` creates a second to `url` for LATENCY_SECONDS: the rate served, p50 and p99."""
+def locust(url: str, path: str, token: str, id_base: int, rate: float, seconds: int = LATENCY_SECONDS) -> dict:
+    """Locust offering `rate` creates a second to `url` for `seconds`: the rate served, p50 and p99."""
     users = max(1, math.ceil(rate * USER_INTERVAL_S))
     with tempfile.TemporaryDirectory(prefix="plantstore-locust.") as work_dir:
         prefix = Path(work_dir) / "figures"
@@ -207,7 +207,7 @@ def locust(url: str, path: str, token: str, id_base: int, rate: float) -> dict:
                 url,
                 f"--users={users}",
                 f"--spawn-rate={users}",
-                f"--run-time={LATENCY_SECONDS}s",
+                f"--run-time={seconds}s",
                 f"--csv={prefix}",
             ],
             cwd=ROOT,

@@ -31,7 +31,13 @@ from tests.live import (
     wait_until_healthy,
 )
 
-pytestmark = [pytest.mark.postgres, pytest.mark.live, pytest.mark.django_db(transaction=True)]
+# One xdist worker runs all of this module's tests: they share its module-scoped servers (make test: --dist loadgroup).
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.live,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.xdist_group("cluster"),
+]
 
 QUOTA = 600  # per token and hour, shared by the app servers through Redis
 REVOKED = {"error": 40101, "message": "The token has been revoked."}

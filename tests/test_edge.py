@@ -29,7 +29,8 @@ from tests.topologies import (
     topology_of_served,
 )
 
-pytestmark = pytest.mark.live
+# One xdist worker runs all of this module's tests: they share its module-scoped servers (make test: --dist loadgroup).
+pytestmark = [pytest.mark.live, pytest.mark.xdist_group("edge")]
 
 # What the TLS proxy in front of a unit adds to a client's request (tests/live.py: PROXY_HEADERS):
 # the raw requests below are sent from its address, as it sends them on.

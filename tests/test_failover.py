@@ -23,9 +23,11 @@ import redis
 from deploy.database import PRIMARY_STATES, DataNode, FailoverDatabase
 from deploy.processes import ROOT, wait_until
 from plants.timeouts import DEFAULT_DATABASE_TIMEOUT_S
+from tests.faults import dropped_packets
 from tests.live import LIVE_SETTINGS, Load, entry_points, live_cluster, live_env, request
 
-pytestmark = [pytest.mark.postgres, pytest.mark.live]
+# One xdist worker runs all of this module's tests: they share its module-scoped servers (make test: --dist loadgroup).
+pytestmark = [pytest.mark.postgres, pytest.mark.live, pytest.mark.xdist_group("failover")]
 
 # Measured here (docs/scaling.md, "Scaling out"): creates answer 200 again about 7 s after the primary's host
 # is lost (monitor: 2 s to declare it down, 3 s for it to demote, then the promotion; HAProxy: 2
@@ -377,3 +379,45 @@ def test_standby_lost_creates_go_on_on_the_primary_alone_and_the_primary_lost_to
     assert healthy.primary() is primary and acknowledged <= stored_ids(primary)
     assert not refused & stored_ids(primary)
     wait_until(lambda: acknowledged <= stored_ids(standby), None, 10, "the standby's copy")
+
+
+# How long the primary's database port stays unreachable, and the bound on 200s after the heal: a
+# failover the monitor may start during the partition (it loses its health checks of the primary)
+# ends within FAILOVER_SECONDS of the heal at the latest.
+PARTITION_SECONDS = 20
+HEALED_SECONDS = FAILOVER_SECONDS
+
+
+def test_primary_database_port_dropped_for_20_s_under_load_answers_only_200_or_503_within_the_bound_and_loses_nothing(
+    healthy, cluster
+):
+    """Every packet to and from the primary's PostgreSQL port is dropped for 20 s, from everyone (the
+    app servers, the standby, the monitor), as a network fault leaves connections hanging, not refused.
+    Every create is answered within the database bound plus a margin, 200 or a 503 Error body; 200s are
+    sustained within HEALED_SECONDS of the heal; every create acknowledged is on the primary then,
+    whichever node it is (the monitor may have promoted the standby)."""
+    token = issue_token(healthy, "partition-client")
+    old_primary = healthy.primary()
+    answer_within = BOUND_SECONDS + 3  # the bound, and the round trips through the front and HAProxy
+    url = f"{cluster.url}/plants"
+    with Load(url, token, clients=4, retry=True, first_id=600_000, timeout=answer_within) as load:
+        load.wait_for(40)
+        with dropped_packets(old_primary.port):
+            dropped_at = time.monotonic()
+            time.sleep(PARTITION_SECONDS)
+        healed_at = time.monotonic()
+        time.sleep(HEALED_SECONDS + 3)
+
+    during = [status for _, status, _, _, sent in load.answers if dropped_at < sent < healed_at]
+    late = [status for _, status, _, _, sent in load.answers if sent > healed_at + HEALED_SECONDS]
+    first_200 = min((sent - healed_at for _, status, _, _, sent in load.answers if status == 200 and sent > healed_at),
+                    default=None)  # fmt: skip
+    log.info(
+        "partition: %d answers during it (%d of them 200); the first 200 sent %s s after the heal; the primary %s",
+        *(len(during), during.count(200), first_200 and round(first_200, 1), healthy.primary().name),
+    )
+    assert_only_created_or_unavailable(load)
+    assert len(during) >= PARTITION_SECONDS // answer_within and 503 in during
+    assert len(late) >= 20 and set(late) == {200}
+    healthy.wait_until_healthy(timeout=90)
+    assert load.ids_with(200) <= stored_ids(healthy.primary())

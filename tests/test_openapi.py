@@ -12,7 +12,8 @@ from openapi_spec_validator import validate
 
 from plants.exceptions import ErrorCode
 
-pytestmark = pytest.mark.django_db
+# One xdist worker runs all of this module's tests: they share its module-scoped servers (make test: --dist loadgroup).
+pytestmark = [pytest.mark.django_db, pytest.mark.xdist_group("openapi")]
 
 COMMITTED_SCHEMA = Path(__file__).resolve().parent.parent / "openapi.yaml"
 
