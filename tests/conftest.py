@@ -22,6 +22,7 @@ from plants import timeouts
 from plants.rate_stores import RATE_LIMIT_CACHE
 from plants.services import token_issue
 from tests.archived_postgres import ArchivedPostgres
+from tests.clock import NOW, Clock
 from tests.live import database_url, live_unit
 
 
@@ -172,6 +173,14 @@ def other_sessions(cursor) -> int:
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
     )
     return cursor.fetchone()[0]
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    """The rate limits' clock, at NOW (tests/clock.py) until the test moves it."""
+    clock = Clock(NOW)
+    monkeypatch.setattr("plants.throttling.clock", clock)
+    return clock
 
 
 @pytest.fixture

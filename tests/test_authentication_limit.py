@@ -4,7 +4,7 @@ import pytest
 
 from plants import authentication_limit
 from plants.models import Plant, RateLimitCounter
-from tests.test_throttling import HOUR, NOW, WINDOW_START, Clock
+from tests.clock import HOUR, WINDOW_START
 
 pytestmark = pytest.mark.django_db
 
@@ -15,13 +15,6 @@ REFUSED = {
     "message": "Too many requests without a valid bearer token from this address. Expected available in 2600 seconds.",
 }
 INVALID = {"error": 40101, "message": "The token is not valid."}
-
-
-@pytest.fixture
-def clock(monkeypatch) -> Clock:
-    clock = Clock(NOW)
-    monkeypatch.setattr("plants.throttling.clock", clock)
-    return clock
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from deploy.database import PRIMARY_STATES, DataNode, FailoverDatabase
 from deploy.processes import ROOT, wait_until
 from plants.timeouts import DEFAULT_DATABASE_TIMEOUT_S
 from tests.faults import dropped_packets
-from tests.live import LIVE_SETTINGS, Load, entry_points, live_cluster, live_env, request
+from tests.live import LIVE_SETTINGS, Load, entry_points, live_cluster, live_env, manage_on, request
 
 # One xdist worker runs all of this module's tests: they share its module-scoped servers (make test: --dist loadgroup).
 pytestmark = [pytest.mark.postgres, pytest.mark.live, pytest.mark.xdist_group("failover")]
@@ -73,7 +73,7 @@ def free_shared_memory_of_lost_hosts(formation: FailoverDatabase) -> None:
 @pytest.fixture(scope="module")
 def cluster(database, tmp_path_factory):
     env = {**LIVE_SETTINGS, "PLANTS_THROTTLE_RATE": "100000/hour"}
-    manage(database, "migrate", "--no-input", "-v", "0")
+    manage_on(database.url, "migrate", "--no-input", "-v", "0")
     live = live_cluster(None, tmp_path_factory.mktemp("failover"), database_url=database.url, **env).start()
     yield live
     live.stop()
@@ -89,14 +89,8 @@ def healthy(database):
     return database
 
 
-def manage(database: FailoverDatabase, *args: str) -> str:
-    command = [sys.executable, "manage.py", *args]
-    env = live_env(DATABASE_URL=database.url)
-    return subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
-
-
 def issue_token(database: FailoverDatabase, name: str) -> str:
-    return manage(database, "token", "issue", name).strip()
+    return manage_on(database.url, "token", "issue", name)
 
 
 def stored_ids(node: DataNode) -> set[int]:
@@ -183,7 +177,7 @@ def test_token_revoked_is_refused_by_every_server_from_the_next_request(healthy,
         for n, (url, proxy) in enumerate(servers)
     ]
 
-    manage(healthy, "token", "revoke", "revoke-next-client")
+    manage_on(healthy.url, "token", "revoke", "revoke-next-client")
     after = [
         request(f"{url}/plants", {"id": 40_010 + n, "name": "Rose"}, token, proxy=proxy)
         for n, (url, proxy) in enumerate(servers * 2)
@@ -264,7 +258,7 @@ def test_token_revoked_just_before_a_failover_is_refused_after_it_and_rate_count
     created_before = [create(10_000 + n, kept) for n in range(3)]
     counted = counts()
     (kept_key,) = [key for key, count in counted.items() if count - before.get(key, 0) == 3]
-    manage(healthy, "token", "revoke", "revoked-client")
+    manage_on(healthy.url, "token", "revoke", "revoked-client")
     old_primary = healthy.primary()
     old_primary.kill()
     wait_for_promotion(healthy, old_primary)

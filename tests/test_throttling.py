@@ -12,24 +12,10 @@ from plants import rate_stores
 from plants.models import Plant, RateLimitCounter
 from plants.services import token_issue
 from plants.throttling import RatePolicy, rate_policy
+from tests.clock import HOUR, NOW, WINDOW_START
 from tests.live import live_unit, manage_on, request
 
 pytestmark = pytest.mark.django_db
-
-HOUR = 3600
-# 1000 s into an hourly window: 2600 s until it resets.
-WINDOW_START = 1_800_000_000 - 1_800_000_000 % HOUR
-NOW = WINDOW_START + 1000
-
-
-class Clock:
-    """The throttle's clock, set by the test: no test waits for, or straddles, a window's end."""
-
-    def __init__(self, now: float):
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture(params=["database", pytest.param("redis", marks=pytest.mark.live)])
@@ -38,13 +24,6 @@ def store(request, settings):
     if request.param == "redis":
         request.getfixturevalue("counting_in_redis")
     return request.param
-
-
-@pytest.fixture
-def clock(monkeypatch) -> Clock:
-    clock = Clock(NOW)
-    monkeypatch.setattr("plants.throttling.clock", clock)
-    return clock
 
 
 @pytest.fixture
