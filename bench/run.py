@@ -1,6 +1,8 @@
 """`make bench`: the service, a bare Django view and three peers side by side, each on its production
 path (a unit of deploy/unit.py; the FastAPI peer under uvicorn behind the same nginx), in rotating
-rounds. Run under scripts/with-postgres; prints the figures and writes them to BENCHMARKS.md.
+rounds; each peer twice, as written and doing the service's work besides (its equal-work variant:
+counting each request per token in the database, one JSON log line per request). Run under
+scripts/with-postgres; prints the figures and writes them to BENCHMARKS.md.
 """
 
 import csv
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import psycopg
 
+from bench.peers.json_log import REQUEST_LOGGER
 from bench.report import write_section
 from bench.servers import PEER_WORKERS, django_peer, fastapi_peer, service
 from deploy.app_server import SETTINGS as APP_SETTINGS
@@ -44,7 +47,13 @@ TARGETS = {
     "fastapi": ("fastapi", "/plants", "FastAPI peer (nginx with upstream keep-alive, uvicorn)"),
     "drf": ("drf", "/plants", "DRF peer (nginx, the service's Granian settings)"),
     "ninja": ("ninja", "/plants", "django-ninja peer (nginx, the service's Granian settings)"),
+    "fastapi+": ("fastapi+", "/plants", "FastAPI peer, counts and logs like the service (a dependency, a middleware)"),
+    "drf+": ("drf+", "/plants", "DRF peer, counts and logs like the service (a throttle class, a middleware)"),
+    "ninja+": ("ninja+", "/plants", "django-ninja peer, counts and logs like the service (a throttle, a middleware)"),
 }
+# The equal-work targets, each with the prefix of its count's key in plants_ratelimitcounter
+# (bench/peers/rate_limit.py, bench/peers/fastapi_app.py): each must count and log every request once.
+EQUAL_WORK = {"fastapi+": "fastapi:", "drf+": "drf:", "ninja+": "ninja:"}
 LOG_DIR = Path(os.environ.get("TMPDIR", "/tmp"))
 # Each wrk run takes its own block of ids (bench/create.lua adds 10**9 per wrk thread), so no two
 # requests of a benchmark share an id; blocks stay far below 2**53, where Lua's doubles stop
@@ -140,9 +149,13 @@ def main() -> None:
     try:
         servers["service"] = service(LOG_DIR, **ENV).start()
         print(f"the service's log: {servers['service'].log_path}", flush=True)
-        servers["fastapi"] = fastapi_peer(LOG_DIR).start()
-        for peer in ("drf", "ninja"):
-            servers[peer] = django_peer(peer, LOG_DIR, **ENV).start()
+        for equal_work in (False, True):
+            peers = [
+                fastapi_peer(LOG_DIR, equal_work),
+                *(django_peer(p, LOG_DIR, equal_work, **ENV) for p in ("drf", "ninja")),
+            ]
+            for peer in peers:
+                servers[peer.name] = peer.start()
         rounds = run_rounds(servers, token)
         latency = fixed_rate_latency(servers, token, rounds)
         peak_rss = {name: worker_peak_rss_mib(server) for name, server in servers.items()}
@@ -163,7 +176,9 @@ def run_rounds(servers: dict, token: str) -> dict[str, list[dict]]:
         names = list(urls)
         for name in names[round_number % len(names) :] + names[: round_number % len(names)]:
             psql("SELECT pg_stat_statements_reset()")
-            server_pids = servers[TARGETS[name][0]].pids()
+            server = servers[TARGETS[name][0]]
+            server_pids = server.pids()
+            work_before = work_done(name, server)
             cpu_before = cpu_seconds(server_pids)
             figures = wrk(urls[name], token, id_base := id_base + ID_BLOCK, SECONDS)
             figures["cpu_seconds"] = cpu_seconds(server_pids) - cpu_before
@@ -171,6 +186,8 @@ def run_rounds(servers: dict, token: str) -> dict[str, list[dict]]:
             figures["stored"] = rows_stored(id_base)
             if figures["stored"] < figures["requests"] - figures["non_2xx"]:
                 raise SystemExit(f"bench: {name} answered 2xx for more plants than it stored; see its log")
+            if name in EQUAL_WORK:
+                figures["counted"], figures["logged"] = check_equal_work(name, server, work_before, figures["requests"])
             results[name].append(figures)
             print(f"round {round_number + 1} {name:13} {figures['rps']:8.0f} req/s", flush=True)
     return results
@@ -233,6 +250,36 @@ def locust(url: str, path: str, token: str, id_base: int, rate: float, seconds: 
     }
 
 
+def work_done(name: str, server) -> tuple[int, int | None, int]:
+    """An equal-work target's count so far, the window it is in, and its log's size; nothing for the others."""
+    if name not in EQUAL_WORK:
+        return 0, None, 0
+    count, window_start = (
+        database()
+        .execute(
+            "SELECT coalesce(sum(count), 0), max(window_start) FROM plants_ratelimitcounter WHERE key LIKE %s",
+            [EQUAL_WORK[name] + "%"],
+        )
+        .fetchone()
+    )
+    return int(count), window_start, server.log_path.stat().st_size
+
+
+def check_equal_work(name: str, server, before: tuple, answered: int) -> tuple[int | None, int]:
+    """(requests counted, JSON lines logged) since `before`: each must lie between the requests wrk saw
+    answered and those plus its connections (requests still in flight when it stopped), or the target
+    did not count or log every request once. The count is None when a new window began meanwhile."""
+    count, window_start, _ = work_done(name, server)
+    counted = count - before[0] if window_start == before[1] else None
+    with server.log_path.open("rb") as log:
+        log.seek(before[2])
+        logged = sum(f'"logger": "{REQUEST_LOGGER}"'.encode() in line for line in log.read().splitlines())
+    for what, found in (("counted", counted), ("logged", logged)):
+        if found is not None and not answered <= found <= answered + CONNECTIONS:
+            raise SystemExit(f"bench: {name} {what} {found} requests of the {answered} it answered; see its log")
+    return counted, logged
+
+
 def cpu_seconds(pids: list[int]) -> float:
     """CPU time (user and system) of a server: its processes and all their descendants."""
     total = 0
@@ -262,6 +309,9 @@ def summarize(figures: list[dict]) -> dict:
         "cpu_us": sum(f["cpu_seconds"] for f in figures) / requests * 1e6,
         "stored": sum(f["stored"] for f in figures),
         "answered_2xx": requests - sum(f["non_2xx"] for f in figures),
+        "requests": requests,
+        "counted": sum(f.get("counted") or 0 for f in figures),
+        "logged": sum(f.get("logged", 0) for f in figures),
     }
 
 
@@ -299,6 +349,12 @@ def report(rounds: dict, latency: dict, peak_rss: dict) -> None:
         row("2xx answers / rows stored", lambda n: f"{figures[n]['answered_2xx']} / {figures[n]['stored']}"),
         row("server CPU per request (all its processes, nginx's included)", lambda n: f"{figures[n]['cpu_us']:.0f} µs"),
         row("SQL statements per create", lambda n: f"{figures[n]['statements']:.2f}"),
+        row(
+            "requests answered / counted / logged (equal work)",
+            lambda n: (
+                " / ".join(str(figures[n][k]) for k in ("requests", "counted", "logged")) if n in EQUAL_WORK else ""
+            ),
+        ),
         row("peak app worker memory (VmHWM)", lambda n: f"{rss[n]:.0f} MiB"),
     ]
     peer_p99 = figures["fastapi"]["p99_ms"]
@@ -317,7 +373,12 @@ def report(rounds: dict, latency: dict, peak_rss: dict) -> None:
         f"**SQL statements per authenticated create: {figures['service']['statements']:.2f}**, "
         "counted by PostgreSQL's pg_stat_statements, transaction statements included: the token lookup, the "
         "rate-limit count and the INSERT.",
-        "Rows stored are counted in the database after each run (a run's in-flight requests may add a few).",
+        f"**On equal work** (each peer also counts every request against a per-token limit with one atomic "
+        "statement in the service's UNLOGGED table and writes one JSON log line, as the service does): "
+        f"**service ÷ DRF peer {ratio(rounds, 'service', 'drf+'):.2f}, ÷ django-ninja peer "
+        f"{ratio(rounds, 'service', 'ninja+'):.2f}, ÷ FastAPI peer {ratio(rounds, 'service', 'fastapi+'):.2f}**.",
+        "Rows stored are counted in the database after each run (a run's in-flight requests may add a few); "
+        "so are the equal-work peers' counts, and their JSON lines in their logs.",
     ]
     print("\n".join(rows + [""] + summary))
     section = [
@@ -331,7 +392,12 @@ def report(rounds: dict, latency: dict, peak_rss: dict) -> None:
         f"{PEER_WORKERS} workers, uvloop, httptools, behind the same nginx with upstream keep-alive, "
         f"`keepalive_timeout {UPSTREAM_IDLE_S}s`), `bench/peers/drf_peer` (ModelSerializer, a bearer "
         "authentication class reading the token row by its digest) and `bench/peers/ninja_peer` (a pydantic "
-        "Schema, HttpBearer), both with startproject's apps and middleware and the service's Granian settings",
+        "Schema, HttpBearer), both with startproject's apps and middleware and the service's Granian settings; "
+        'each also as its equal-work variant (`PEER_EQUAL_WORK=1`, the columns marked "counts and logs like the '
+        'service"): a per-token fixed-window count, one upsert per request in `plants_ratelimitcounter` '
+        "(the service's table, UNLOGGED; DRF: a `BaseThrottle` subclass, django-ninja: a `ninja.throttling` "
+        "throttle, FastAPI: a dependency), and one JSON line per request through Python's logging from a "
+        "middleware, to the unit's log as the service's (uvicorn's access log off there)",
         "- CPU per request counts every process of the target: nginx's and the app server's",
         "- Database: a throwaway PostgreSQL on 127.0.0.1 (TCP), durable as production runs it (`fsync`, "
         "`full_page_writes` and `synchronous_commit` on), pg_stat_statements loaded",

@@ -28,17 +28,22 @@ def service(log_dir: Path, **env: str) -> Unit:
     return unit("service", log_dir, **env)
 
 
-def django_peer(peer: str, log_dir: Path, **env: str) -> Unit:
-    """A Django peer (bench/peers/<peer>_peer) under the service's app server and settings, from its own venv."""
+def django_peer(peer: str, log_dir: Path, equal_work: bool = False, **env: str) -> Unit:
+    """A Django peer (bench/peers/<peer>_peer) under the service's app server and settings, from its own
+    venv; with `equal_work`, its variant that also counts and logs each request (PEER_EQUAL_WORK=1),
+    named `<peer>+`."""
     settings = {**os.environ, **env, "DJANGO_SETTINGS_MODULE": f"bench.peers.{peer}_peer.settings"}
+    settings["PEER_EQUAL_WORK"] = "1" if equal_work else ""
     command = granian_command(settings, f"bench.peers.{peer}_peer.wsgi:application", bin_dir=DJANGO_PEERS_BIN)
-    return unit(peer, log_dir, command, **settings)
+    return unit(f"{peer}+" if equal_work else peer, log_dir, command, **settings)
 
 
-def fastapi_peer(log_dir: Path) -> Unit:
+def fastapi_peer(log_dir: Path, equal_work: bool = False) -> Unit:
     """The FastAPI peer under uvicorn (uvloop, httptools, access log on), behind nginx with upstream
-    keep-alive, its idle timeout above nginx's."""
+    keep-alive, its idle timeout above nginx's. With `equal_work`, its variant that also counts and
+    logs each request (PEER_EQUAL_WORK=1), named `fastapi+`: its JSON line replaces uvicorn's access log."""
     command = [str(PEER_PYTHON), "-m", "uvicorn", "bench.peers.fastapi_app:app", "--uds", "{socket}"]
     command += ["--workers", str(PEER_WORKERS), "--loop", "uvloop", "--http", "httptools", "--log-level", "info"]
-    command += ["--timeout-keep-alive", "5"]
-    return unit("fastapi", log_dir, command, http_upstream(keepalive=True))
+    command += ["--timeout-keep-alive", "5", "--no-access-log" if equal_work else "--access-log"]
+    name, env = ("fastapi+", {"PEER_EQUAL_WORK": "1"}) if equal_work else ("fastapi", {"PEER_EQUAL_WORK": ""})
+    return unit(name, log_dir, command, http_upstream(keepalive=True), **env)

@@ -2,6 +2,11 @@
 
 Idiomatic on purpose: the default apps and middleware, persistent connections as
 cookiecutter-django sets them (CONN_MAX_AGE 60), no request log (Django's default logging).
+
+PEER_EQUAL_WORK=1 selects the equal-work variant, which does what the service does besides the token
+lookup and the INSERT: it counts each request against a per-token limit (bench/peers/rate_limit.py,
+through each framework's throttle hook) and writes one JSON log line per request, to stderr as the
+service does (bench/peers/request_log.py).
 """
 
 import os
@@ -12,6 +17,7 @@ environment = os.environ
 SECRET_KEY = environment["DJANGO_SECRET_KEY"]
 DEBUG = False
 ALLOWED_HOSTS = environment.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1").split(",")
+PEER_EQUAL_WORK = environment.get("PEER_EQUAL_WORK", "") == "1"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -45,6 +51,17 @@ TEMPLATES = [
     }
 ]
 DATABASES = {"default": dj_database_url.parse(environment["DATABASE_URL"], conn_max_age=60)}
+TIME_ZONE = "UTC"  # as startproject writes it, and the service has it: the log lines' times in UTC
 USE_TZ = True
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+if PEER_EQUAL_WORK:
+    MIDDLEWARE = ["bench.peers.request_log.RequestLogMiddleware", *MIDDLEWARE]  # first: it times the rest
+    LOGGING = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": "bench.peers.json_log.JsonFormatter"}},
+        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
+        "loggers": {"bench.peers.requests": {"handlers": ["console"], "level": "INFO", "propagate": False}},
+    }

@@ -1,9 +1,13 @@
-"""The django-ninja peer's API: a pydantic schema, HttpBearer authentication by digest, one operation."""
+"""The django-ninja peer's API: a pydantic schema, HttpBearer authentication by digest, one operation;
+with PEER_EQUAL_WORK=1, a throttle counting each request per token (bench/peers/rate_limit.py)."""
 
+from django.conf import settings
 from django.db import IntegrityError
 from ninja import Field, NinjaAPI, Schema
 from ninja.security import HttpBearer
+from ninja.throttling import BaseThrottle
 
+from bench.peers.rate_limit import LIMIT, count_request, seconds_to_next_window
 from bench.peers.tables.models import ApiToken, Plant, token_digest
 
 
@@ -19,6 +23,20 @@ class BearerToken(HttpBearer):
         return api_token
 
 
+class TokenRateThrottle(BaseThrottle):
+    """At most LIMIT requests per token per fixed window, each counted by one atomic upsert.
+
+    django-ninja runs throttles after authentication: request.auth is the ApiToken. One instance
+    serves every request, on every thread: it keeps no state of a request.
+    """
+
+    def allow_request(self, request) -> bool:
+        return count_request(f"ninja:{request.auth.pk}") <= LIMIT
+
+    def wait(self) -> float:
+        return seconds_to_next_window()
+
+
 class PlantIn(Schema):
     id: int = Field(ge=-(2**63), le=2**63 - 1)
     name: str = Field(min_length=1, max_length=200)
@@ -31,7 +49,7 @@ class PlantOut(Schema):
     tag: str | None
 
 
-api = NinjaAPI(auth=BearerToken(), docs_url=None)
+api = NinjaAPI(auth=BearerToken(), docs_url=None, throttle=[TokenRateThrottle()] if settings.PEER_EQUAL_WORK else [])
 
 
 @api.exception_handler(IntegrityError)

@@ -1,4 +1,4 @@
-"""plants_plant and plants_apitoken, as an app written against them would declare them."""
+"""plants_plant, plants_apitoken and plants_ratelimitcounter, as an app written against them would declare them."""
 
 import hashlib
 from datetime import timedelta
@@ -58,6 +58,24 @@ class ApiToken(models.Model):
         now = timezone.now()
         if self.last_used_at is None or now - self.last_used_at >= timedelta(minutes=1):
             ApiToken.objects.filter(pk=self.pk).update(last_used_at=now)
+
+
+class RateLimitCounter(models.Model):
+    """A key's request count in its current fixed window: the service's table, UNLOGGED on PostgreSQL.
+
+    The peers' equal-work variants count here too, each on keys of its own (bench/peers/rate_limit.py).
+    """
+
+    key = models.CharField(primary_key=True, max_length=64)
+    window_start = models.BigIntegerField()
+    count = models.PositiveIntegerField()
+
+    class Meta:
+        managed = False
+        db_table = "plants_ratelimitcounter"
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.count}"
 
 
 def token_digest(secret: bytes) -> str:
