@@ -95,10 +95,10 @@ format: $(VENV)/.dev ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff format .
 
 test-sqlite: $(VENV)/.dev system-packages container-packages ## the test suite on SQLite (the embedded default); PostgreSQL-only and `alone` tests deselected
-	env -u DATABASE_URL $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup $(COVERAGE_ARGS) --durations=15 $(PYTEST_ARGS)
+	env -u DATABASE_URL $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile $(COVERAGE_ARGS) --durations=15 $(PYTEST_ARGS)
 
 test-postgres: $(VENV)/.dev system-packages ## the whole test suite on a throwaway PostgreSQL server (scripts/with-postgres)
-	scripts/with-postgres bash -c '$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup -m "not alone" $(COVERAGE_ARGS) --durations=15 $(PYTEST_ARGS) \
+	scripts/with-postgres bash -c '$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone" $(COVERAGE_ARGS) --durations=15 $(PYTEST_ARGS) \
 		&& { $(VENV)/bin/pytest -m alone $(COVERAGE_ARGS) $(PYTEST_ARGS) || [ $$? -eq 5 ]; }'  # 5: PYTEST_ARGS left none
 
 coverage-erase: $(VENV)/.dev ## forget the coverage of earlier runs

@@ -31,13 +31,7 @@ from tests.live import (
     wait_until_healthy,
 )
 
-# One xdist worker runs all of this module's tests: they share its module-scoped servers (make test: --dist loadgroup).
-pytestmark = [
-    pytest.mark.postgres,
-    pytest.mark.live,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.xdist_group("cluster"),
-]
+pytestmark = [pytest.mark.postgres, pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
 QUOTA = 600  # per token and hour, shared by the app servers through Redis
 REVOKED = {"error": 40101, "message": "The token has been revoked."}

@@ -17,8 +17,7 @@ from tests import live
 from tests.containers import Podman
 from tests.live import DEPLOYED_SETTINGS, PUBLIC_HOST, Load, wait_until_healthy
 
-# One xdist worker runs all of this module's tests: they share its module-scoped servers (make test: --dist loadgroup).
-pytestmark = [pytest.mark.live, pytest.mark.container, pytest.mark.xdist_group("containers")]
+pytestmark = [pytest.mark.live, pytest.mark.container]
 
 SECRET_KEY = "container-test-secret-key-" + "x" * 40
 

@@ -29,8 +29,7 @@ from tests.topologies import (
     topology_of_served,
 )
 
-# One xdist worker runs all of this module's tests: they share its module-scoped servers (make test: --dist loadgroup).
-pytestmark = [pytest.mark.live, pytest.mark.xdist_group("edge")]
+pytestmark = pytest.mark.live
 
 # What the TLS proxy in front of a unit adds to a client's request (tests/live.py: PROXY_HEADERS):
 # the raw requests below are sent from its address, as it sends them on.

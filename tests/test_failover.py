@@ -26,8 +26,7 @@ from plants.timeouts import DEFAULT_DATABASE_TIMEOUT_S
 from tests.faults import dropped_packets
 from tests.live import LIVE_SETTINGS, Load, entry_points, live_cluster, live_env, manage_on, request
 
-# One xdist worker runs all of this module's tests: they share its module-scoped servers (make test: --dist loadgroup).
-pytestmark = [pytest.mark.postgres, pytest.mark.live, pytest.mark.xdist_group("failover")]
+pytestmark = [pytest.mark.postgres, pytest.mark.live]
 
 # Measured here (docs/scaling.md, "Scaling out"): creates answer 200 again about 7 s after the primary's host
 # is lost (monitor: 2 s to declare it down, 3 s for it to demote, then the promotion; HAProxy: 2

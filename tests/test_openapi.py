@@ -12,8 +12,7 @@ from openapi_spec_validator import validate
 
 from plants.exceptions import ErrorCode
 
-# One xdist worker runs all of this module's tests: they share its module-scoped servers (make test: --dist loadgroup).
-pytestmark = [pytest.mark.django_db, pytest.mark.xdist_group("openapi")]
+pytestmark = pytest.mark.django_db
 
 COMMITTED_SCHEMA = Path(__file__).resolve().parent.parent / "openapi.yaml"
 

@@ -44,8 +44,7 @@ SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 USER = "nobody"
 RATE = 100_000  # a day: counted, never reached
 # The unit's command serves a SQLite file in its state directory, never the run's test database.
-# One xdist worker runs all of this module's tests: they share its module-scoped servers (make test: --dist loadgroup).
-pytestmark = [pytest.mark.own_database, pytest.mark.xdist_group("systemd_unit")]
+pytestmark = pytest.mark.own_database
 # Starting it as another user in a mount namespace of its own takes root, as it takes systemd.
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="starts the unit as another user: needs root")
 

@@ -34,8 +34,7 @@ from deploy.processes import free_port
 from tests.live import PUBLIC_HOST, MakeServe, start_make, wait_until_healthy
 from tests.topologies import CLUSTER, SERVE, Topology, running_cluster, topology_of_cluster, topology_of_served
 
-# One xdist worker runs all of this module's tests: they share its module-scoped servers (make test: --dist loadgroup).
-pytestmark = [pytest.mark.live, pytest.mark.xdist_group("traces_exported")]
+pytestmark = pytest.mark.live
 
 TRACING = {
     "OTEL_SERVICE_NAME": "plantstore-test",
