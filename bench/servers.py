@@ -5,40 +5,38 @@ import os
 from pathlib import Path
 
 from deploy.app_server import granian_command
-from deploy.processes import ROOT, free_port
-from deploy.unit import Unit, http_upstream
+from deploy.processes import ROOT
+from localcluster.processes import LocalUnit, free_port
 
 PEER_PYTHON = Path(os.environ.get("BENCH_PEER_PYTHON", ROOT / ".venv" / "peers" / "bin" / "python"))
 DJANGO_PEERS_BIN = ROOT / ".venv" / "django-peers" / "bin"
 PEER_WORKERS = 2
 
 
-def unit(name: str, log_dir: Path, app_command: list[str] | None = None, nginx_edit=None, **env: str) -> Unit:
+def unit(name: str, log_dir: Path, app_command: list[str] | None = None, **env: str) -> LocalUnit:
     """A unit on a free loopback port, its log in `log_dir`; Granian as production runs it unless `app_command`."""
     port = free_port()
     settings = {**os.environ, **env}
     command = app_command or granian_command(settings, "bench.wsgi:application")
-    return Unit(
-        f"127.0.0.1:{port}", settings, command, log_dir / f"{name}-{port}.log", name=name, nginx_edit=nginx_edit
-    )
+    return LocalUnit(f"127.0.0.1:{port}", settings, command, log_dir / f"{name}-{port}.log", name=name)
 
 
-def service(log_dir: Path, **env: str) -> Unit:
+def service(log_dir: Path, **env: str) -> LocalUnit:
     """The service as `make serve` runs it, serving bench.wsgi (the service plus the bare view's URL)."""
     return unit("service", log_dir, **env)
 
 
-def django_peer(peer: str, log_dir: Path, **env: str) -> Unit:
+def django_peer(peer: str, log_dir: Path, **env: str) -> LocalUnit:
     """A Django peer (bench/peers/<peer>_peer) under the service's app server and settings, from its own venv."""
     settings = {**os.environ, **env, "DJANGO_SETTINGS_MODULE": f"bench.peers.{peer}_peer.settings"}
     command = granian_command(settings, f"bench.peers.{peer}_peer.wsgi:application", bin_dir=DJANGO_PEERS_BIN)
     return unit(peer, log_dir, command, **settings)
 
 
-def fastapi_peer(log_dir: Path) -> Unit:
+def fastapi_peer(log_dir: Path) -> LocalUnit:
     """The FastAPI peer under uvicorn (uvloop, httptools, access log on), behind nginx with upstream
     keep-alive, its idle timeout above nginx's."""
     command = [str(PEER_PYTHON), "-m", "uvicorn", "bench.peers.fastapi_app:app", "--uds", "{socket}"]
     command += ["--workers", str(PEER_WORKERS), "--loop", "uvloop", "--http", "httptools", "--log-level", "info"]
     command += ["--timeout-keep-alive", "5"]
-    return unit("fastapi", log_dir, command, http_upstream(keepalive=True))
+    return unit("fastapi", log_dir, command)

@@ -1,9 +1,8 @@
 """The unit's health probe: a GET through nginx on the unit's own address, with a Host Django allows.
 
-Django answers a Host outside DJANGO_ALLOWED_HOSTS with a 400, and in production that list names
-only the public host name, which need not resolve where the probe runs. So every probe (the unit's
-start and reload, make cluster's HAProxy checks, the image's HEALTHCHECK) connects to the unit's
-own address and names the first allowed host in its Host header (docs/decisions/health-probes.md).
+Django answers a Host outside DJANGO_ALLOWED_HOSTS with a 400, and that list may name only a public
+host name that does not resolve here: so every probe connects to the unit's own address and names
+the first allowed host (docs/decisions/health-probes.md).
 
     python -m deploy.probe [/healthz]    # exit 0 when the path answers 200 (the image's HEALTHCHECK)
 """
