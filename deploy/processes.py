@@ -16,7 +16,7 @@ from string import Template
 # is what the next app server (a reload) runs.
 _HERE = Path(os.path.abspath(__file__)).parent.parent
 _PWD = os.environ.get("PWD", "")
-ROOT = Path(_PWD) if os.path.isabs(_PWD) and os.path.samefile(_PWD, _HERE) else _HERE
+ROOT = Path(_PWD) if os.path.isabs(_PWD) and os.path.isdir(_PWD) and os.path.samefile(_PWD, _HERE) else _HERE
 BIN = Path(sys.executable).parent  # the venv's scripts (granian…), by the configured path too
 
 
@@ -58,8 +58,7 @@ class UnixHTTPConnection(http.client.HTTPConnection):
 
 
 def http_status(url: str, timeout: float = 2, unix_socket: Path | None = None, host: str | None = None) -> int | None:
-    """The status of GET `url`, None when nothing answered; sent to `unix_socket` instead when given,
-    with `host` as its Host."""
+    """The status of GET `url` (to `unix_socket` if given; `host` as the Host), None when nothing answered."""
     host_port, _, path = url.removeprefix("http://").partition("/")
     address, _, port = host_port.rpartition(":")
     if unix_socket:
@@ -109,7 +108,7 @@ def children(pid: int) -> list[int]:
 
 
 def relay(pipe: int, destination: int) -> None:
-    """Copy what is written into `pipe` to `destination`, whole reads at a time, until its writers close it."""
+    """Copy what is written into `pipe` to `destination` from a thread, a whole read (whole lines) at a time."""
 
     def copy() -> None:
         with open(pipe, "rb", buffering=0) as source:
@@ -124,11 +123,10 @@ def relay(pipe: int, destination: int) -> None:
 
 
 class ServerProcess:
-    """A server's process: its output appended to `log`, else this process's own. `supervised`: it
+    """A server's process, its output appended to `log`, else this process's own. `supervised`: it
     gets SIGTERM when the thread that started it dies (setpriv --pdeathsig), so a supervisor killed
     with SIGKILL leaves no server behind. `reopens_stdout`: it opens its stdout again by path (nginx's
-    `access_log /dev/stdout`), which fails on a socket (the journal) or another user's file, so it
-    gets a pipe, relayed to this process's stdout."""
+    `access_log /dev/stdout`), which fails on a socket (the journal), so it gets a pipe, relayed."""
 
     def __init__(self, name, command, env, log=None, supervised=False, reopens_stdout=False):
         self.name, self.command, self.env, self.log_path = name, command, env, log
@@ -162,10 +160,6 @@ class ServerProcess:
 
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
-
-    def send(self, sig: int) -> None:
-        if self.running():
-            self.process.send_signal(sig)
 
     def stop(self, timeout: float = 15, sig: int = signal.SIGTERM) -> None:
         stop_process(self.process, timeout, sig)

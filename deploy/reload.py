@@ -1,8 +1,7 @@
-"""`systemctl reload plantstore` (ExecReload=): `python -m deploy.reload MAINPID`, a reload that reports its outcome.
+"""`systemctl reload plantstore` (ExecReload=, `python -m deploy.reload MAINPID`): a reload that reports its outcome.
 
 SIGHUP to deploy/serve.py, then wait for the outcome it writes to $RUNTIME_DIRECTORY/reload: exit 0
-once the new version serves; exit 1 with the reason on standard error (the journal) when it did not
-come up and the running version serves on, or when no outcome came within WAIT_S.
+once the new version serves, else 1 with the reason on standard error (the journal).
 """
 
 import os
@@ -16,19 +15,12 @@ from pathlib import Path
 WAIT_S = 85
 
 
-def read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except FileNotFoundError:
-        return ""
-
-
 def main(pid: int) -> int:
     path = Path(os.environ["RUNTIME_DIRECTORY"].split(":")[0]) / "reload"
-    before = read(path)
+    before = path.read_text() if path.exists() else ""  # serve.py replaces it whole, never removes it
     os.kill(pid, signal.SIGHUP)
     deadline = time.monotonic() + WAIT_S
-    while (now := read(path)) == before:  # "<count> <outcome>", the count new at each reload
+    while (now := path.read_text() if path.exists() else "") == before:  # "<count> <outcome>"
         if time.monotonic() > deadline:
             sys.stderr.write(f"reload: serve.py (pid {pid}) reported no outcome within {WAIT_S} s\n")
             return 1

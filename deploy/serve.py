@@ -1,13 +1,9 @@
 """One production unit (deploy/unit.py) in the foreground until stopped: `python -m deploy.serve`.
 
-- SIGHUP: a graceful reload (Unit.reload); its outcome is a line here and, under systemd, in
-  $RUNTIME_DIRECTORY/reload for deploy/reload.py.
-- SIGTERM, SIGINT (Ctrl-C), or the terminal it started on closing (the kernel signals only make,
-  the session's leader): a graceful stop; the unit's temp folder goes.
-- SIGKILL: the servers get SIGTERM (ServerProcess: supervised), so none is left running.
-
-Under systemd (deploy/plantstore.service, Type=notify) it says READY=1 once /livez answers 200
-through nginx, whether or not the database and Redis answer yet.
+SIGHUP reloads (Unit.reload): the outcome is a line here and, under systemd, $RUNTIME_DIRECTORY/reload
+for deploy/reload.py. SIGTERM, SIGINT (Ctrl-C) or the terminal it started on closing (the kernel
+signals only make, the session's leader) stop it gracefully. Under systemd (Type=notify) it says
+READY=1 once /livez answers 200 through nginx, whether or not the database answers yet.
 """
 
 import os
@@ -17,14 +13,6 @@ import sys
 import time
 
 from deploy.unit import Unit
-
-
-def notify_systemd(notify_socket: str | None, state: str) -> None:
-    """sd_notify(3): send `state` ("READY=1") to systemd's socket, when systemd started this process."""
-    if notify_socket:
-        address = "\0" + notify_socket[1:] if notify_socket.startswith("@") else notify_socket  # @: abstract
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as connection:
-            connection.sendto(state.encode(), address)
 
 
 def main() -> int:
@@ -38,7 +26,8 @@ def main() -> int:
     asked: list[str] = []  # what the signals asked for, handled in the loop below
     signal.signal(signal.SIGTERM, lambda *_: asked.append("stop"))
     signal.signal(signal.SIGINT, lambda *_: asked.append("stop"))
-    signal.signal(signal.SIGHUP, lambda *_: asked.append("stop" if terminal_gone() else "reload"))
+    # A closing terminal may send SIGHUP too: the loop below checks the terminal before any reload.
+    signal.signal(signal.SIGHUP, lambda *_: asked.append("reload"))
     listen = os.environ.get("PLANTS_LISTEN") or f"127.0.0.1:{os.environ.get('PORT', '8000')}"
     unit = Unit(listen, dict(os.environ), supervised=True, name="serve")
     reloads = 0
@@ -58,10 +47,10 @@ def main() -> int:
                     unit.reload()
                 except (RuntimeError, OSError) as error:  # it did not come up; it could not be started
                     say(f"serve: the reload failed, the running version serves on: {error}")
-                    report_reload(reloads, f"failed, the running version serves on: {error}")
+                    report_reload(f"{reloads} failed, the running version serves on: {error}")
                 else:
                     say(f"serve: reloaded: the new app server on {unit.socket_path}, the old one finishing")
-                    report_reload(reloads, "reloaded: the new version serves")
+                    report_reload(f"{reloads} reloaded: the new version serves")
             if unit.retire():
                 say("serve: the old app server has stopped")
             time.sleep(0.1)
@@ -75,12 +64,20 @@ def main() -> int:
         unit.stop()
 
 
-def report_reload(count: int, outcome: str) -> None:
-    """Reload number `count`'s outcome, for deploy/reload.py, in systemd's RuntimeDirectory= (if any)."""
+def notify_systemd(notify_socket: str | None, state: str) -> None:
+    """sd_notify(3): send `state` ("READY=1") to systemd's socket, when systemd started this process."""
+    if notify_socket:
+        address = "\0" + notify_socket[1:] if notify_socket.startswith("@") else notify_socket  # @: abstract
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as connection:
+            connection.sendto(state.encode(), address)
+
+
+def report_reload(outcome: str) -> None:
+    """`<count> <outcome>` of a reload, for deploy/reload.py, in systemd's RuntimeDirectory= (if any)."""
     if runtime := os.environ.get("RUNTIME_DIRECTORY"):
         path = os.path.join(runtime.split(":")[0], "reload")
         with open(f"{path}.new", "w") as file:
-            file.write(f"{count} {outcome}\n")
+            file.write(outcome + "\n")
         os.replace(f"{path}.new", path)  # at once: reload.py never reads half of it
 
 

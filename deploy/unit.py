@@ -22,16 +22,11 @@ from deploy.processes import ROOT, ServerProcess, accepts_unix_connections, chil
 # Who nginx's workers run as when it is started as root: they alone (and root) may open the app's socket.
 NGINX_WORKER_USER, NGINX_WORKER_GROUP = "nobody", "nogroup"
 # nginx's idle timeout on its upstream connections: below every upstream's own (Granian's 30 s,
-# HAProxy's 10 s), so nginx closes an idle connection first and never sends a request on one the
-# upstream is closing: it does not resend a POST, whose client would get a 503
+# HAProxy's 10 s), so nginx never sends a POST on a connection the upstream is closing
 # (tests/test_upstream_keepalive.py).
 UPSTREAM_IDLE_S = 4
-# How long nginx waits for the app's answer before it answers 503 (the request's thread runs on:
-# docs/operating.md, Running it).
-READ_TIMEOUT_S = 30
-# How long a stopping nginx worker (a stop, or the old one at a reload) may finish what it holds:
-# above READ_TIMEOUT_S, under the 40 s Unit.stop gives nginx.
-NGINX_SHUTDOWN_S = 35
+READ_TIMEOUT_S = 30  # nginx's wait for the app's answer, then its 503 (docs/operating.md, Running it)
+NGINX_SHUTDOWN_S = 35  # a stopping nginx worker's time to finish: above READ_TIMEOUT_S, under Unit.stop's 40 s
 
 
 def networks(env: dict, name: str) -> list[str]:
@@ -46,27 +41,16 @@ def networks(env: dict, name: str) -> list[str]:
 
 
 def client_rule(clients: list[str]) -> str:
-    """nginx's access rules for a location served only to `clients`; none when the list is empty (all)."""
-    return "".join(f"\n            allow {client};" for client in clients) + (
-        "\n            deny all;" if clients else ""
-    )
+    """nginx's rules for a location served only to `clients`; none when the list is empty (all)."""
+    return "".join(f" allow {client};" for client in clients) + (" deny all;" if clients else "")
 
 
 def render_nginx_conf(
-    run_dir: Path,
-    upstream: str,
-    listen: str,
-    env: dict,
-    name: str = "nginx.conf",
-    upstream_idle_s: int = UPSTREAM_IDLE_S,
-    read_timeout_s: int = READ_TIMEOUT_S,
-) -> Path:
+    run_dir, upstream, listen, env, name="nginx.conf", upstream_idle_s=UPSTREAM_IDLE_S, read_timeout_s=READ_TIMEOUT_S
+):
     """deploy/nginx.conf as `name` in `run_dir`: nginx on `listen` in front of `upstream`, with the
     settings of `env` it reads (PLANTS_TRUSTED_PROXIES, PLANTS_ADMIN_CLIENTS, PLANTS_METRICS_CLIENTS)."""
     proxies = networks(env, "PLANTS_TRUSTED_PROXIES")
-    real_ip = "".join(f"set_real_ip_from {proxy};\n        " for proxy in proxies)
-    if proxies:  # the client: the last address in X-Forwarded-For that is not a trusted proxy's
-        real_ip += "real_ip_header X-Forwarded-For;\n        real_ip_recursive on;"
     return render(
         ROOT / "deploy" / "nginx.conf",
         run_dir / name,
@@ -78,8 +62,8 @@ def render_nginx_conf(
         UPSTREAM_IDLE=f"{upstream_idle_s}s",
         READ_TIMEOUT=f"{read_timeout_s}s",
         WORKER_SHUTDOWN=f"{NGINX_SHUTDOWN_S}s",
-        REAL_IP=real_ip,
-        TRUSTED_PROXIES="".join(f"\n        {proxy} 1;" for proxy in proxies),
+        REAL_IP="".join(f" set_real_ip_from {proxy};" for proxy in proxies),
+        TRUSTED_PROXIES="".join(f" {proxy} 1;" for proxy in proxies),
         ADMIN_CLIENTS=client_rule(networks(env, "PLANTS_ADMIN_CLIENTS")),
         METRICS_CLIENTS=client_rule(networks(env, "PLANTS_METRICS_CLIENTS")),
     )
@@ -116,9 +100,11 @@ class Unit:
         """Start the app server, then nginx once the app's socket accepts; do not wait for /livez."""
         self.run_dir = Path(tempfile.mkdtemp(prefix=f"plantstore-{self.name}."))
         self.run_dir.chmod(0o755)  # nginx's workers (nobody, when started as root) reach the socket through it
-        metrics = Path(self.app_env()["PROMETHEUS_MULTIPROC_DIR"])
+        # One metrics folder per unit, emptied, or a restarted server would go on from its last counts.
+        self.app_env = {"PROMETHEUS_MULTIPROC_DIR": str(self.run_dir / "metrics"), **APP_ENVIRONMENT, **self.env}
+        metrics = Path(self.app_env["PROMETHEUS_MULTIPROC_DIR"])
         metrics.mkdir(parents=True, exist_ok=True)
-        for stale in metrics.glob("*.db"):  # or a restarted server would go on from its last run's counts
+        for stale in metrics.glob("*.db"):
             stale.unlink()
         self.app = self.launch_app()
         command = nginx_command(self.run_dir, self.nginx_conf())
@@ -128,14 +114,11 @@ class Unit:
     def nginx_conf(self, name: str = "nginx.conf") -> Path:
         return render_nginx_conf(self.run_dir, f"unix:{self.socket_path}", self.listen, self.env, name)
 
-    def app_env(self) -> dict:
-        # The unit's settings: none reaches a request's environ (plantstore_site/wsgi.py says why).
-        return {"PROMETHEUS_MULTIPROC_DIR": str(self.run_dir / "metrics"), **APP_ENVIRONMENT, **self.env}
-
     def launch_app(self) -> ServerProcess:
         """Start an app server on socket_path, wait until it accepts; on failure, stop it and raise."""
         command = [part.format(socket=self.socket_path) for part in self.app_command]
-        app = ServerProcess("app", command, self.app_env(), self.log_path, self.supervised)
+        # The unit's settings: none reaches a request's environ (plantstore_site/wsgi.py says why).
+        app = ServerProcess("app", command, self.app_env, self.log_path, self.supervised)
         app.launch()
         try:
             # Granian listens only once a worker has loaded the app: till then nginx would answer 503.
@@ -205,7 +188,7 @@ class Unit:
         old_nginx_workers = set(children(self.nginx.process.pid))
         os.replace(conf, self.run_dir / "nginx.conf")
         self.app = new_app
-        self.nginx.send(signal.SIGHUP)
+        self.nginx.process.send_signal(signal.SIGHUP)
         self.retiring = (old_app, old_socket, old_nginx_workers, time.monotonic() + NGINX_SHUTDOWN_S + 5)
 
     def retire(self, wait: bool = False) -> bool:
