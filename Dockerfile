@@ -54,4 +54,4 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
     CMD ["python", "-m", "deploy.probe", "/healthz"]
 # tini as PID 1 passes signals on and reaps orphans; migrations are a one-off command, never here.
 ENTRYPOINT ["/usr/bin/tini", "--"]
-CMD ["python", "deploy/serve.py"]
+CMD ["python", "-m", "deploy.serve"]

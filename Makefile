@@ -47,12 +47,12 @@ serve: $(VENV)/.runtime ## production path: migrate, collectstatic, one producti
 	scripts/debian-packages nginx
 	$(PYTHON) manage.py migrate --no-input
 	$(PYTHON) manage.py collectstatic --no-input -v 0
-	exec $(PYTHON) deploy/serve.py
+	exec $(PYTHON) -m deploy.serve
 
 cluster: $(VENV)/.runtime ## production's topology on one machine: the front (nginx) on 127.0.0.1:$PORT (8000), HAProxy behind it, 2 production units (nginx, Granian), a PostgreSQL primary and standby (pg_auto_failover), Redis (HUP: rolling restart; Ctrl-C stops all)
 	scripts/debian-packages postgresql redis-server haproxy nginx
 	scripts/debian-packages $(FAILOVER_PACKAGES)
-	PORT=$(PORT) $(PYTHON) scripts/cluster
+	PORT=$(PORT) $(PYTHON) -m localcluster
 
 test: lint test-contract coverage-erase test-sqlite test-postgres coverage ## lint, fuzz the contract, the suite on SQLite and PostgreSQL, coverage
 
@@ -108,7 +108,7 @@ coverage: $(VENV)/.dev ## branch coverage of plants/ by the suites run since cov
 	$(VENV)/bin/coverage report
 
 test-contract: $(VENV)/.dev system-packages ## schemathesis against a live production unit on a throwaway PostgreSQL, using /openapi.json
-	scripts/with-postgres $(PYTHON) scripts/contract_test.py
+	scripts/with-postgres $(PYTHON) -m scripts.contract_test
 
 # The venv an operator makes in /opt/plantstore (docs/deploying.md, "Installing it as a systemd service"): Debian's
 # python3, which the unit's unprivileged user can run (a pyenv or home-directory python it may not reach).

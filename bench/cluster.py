@@ -1,5 +1,5 @@
 """`make bench-cluster`: creates/s through make cluster's HAProxy with one and with two production units,
-on one PostgreSQL behind PgBouncer and on the failover pair (deploy/database.py), counted in Redis.
+on one PostgreSQL behind PgBouncer and on the failover pair (localcluster/database.py), counted in Redis.
 Run under scripts/with-postgres; wrk runs on the same machine; prints a Markdown table.
 """
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import dj_database_url
 
 from bench.run import BENCH_HOST, manage, wrk
-from deploy.cluster import Cluster
-from deploy.database import FailoverDatabase
+from localcluster.cluster import Cluster
+from localcluster.database import FailoverDatabase
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 3))
 SECONDS = int(os.environ.get("BENCH_SECONDS", 10))

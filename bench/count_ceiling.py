@@ -25,7 +25,8 @@ from django.core.management import call_command
 
 from bench.report import write_section
 from bench.run import ENV
-from deploy.processes import ROOT, free_port, stop_process, wait_until
+from deploy.processes import ROOT, stop_process, wait_until
+from localcluster.processes import free_port
 
 CLIENTS = 16
 SECONDS = int(os.environ.get("BENCH_SECONDS", 8))
@@ -70,7 +71,14 @@ def redis_incr() -> dict:
     port = free_port()
     work_dir = Path(tempfile.mkdtemp(prefix="plantstore-bench-redis."))
     server = subprocess.Popen(
-        ["redis-server", str(ROOT / "deploy" / "cluster" / "redis.conf"), "--port", str(port), "--dir", str(work_dir)],
+        [
+            "redis-server",
+            str(ROOT / "localcluster" / "config" / "redis.conf"),
+            "--port",
+            str(port),
+            "--dir",
+            str(work_dir),
+        ],
         stdout=subprocess.DEVNULL,
     )
     try:

@@ -25,8 +25,9 @@ from bench.peers.json_log import REQUEST_LOGGER
 from bench.report import write_section
 from bench.servers import PEER_WORKERS, django_peer, fastapi_peer, service
 from deploy.app_server import SETTINGS as APP_SETTINGS
-from deploy.processes import ROOT, descendants
+from deploy.processes import ROOT
 from deploy.unit import UPSTREAM_IDLE_S
+from localcluster.processes import descendants
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", 7))
 SECONDS = int(os.environ.get("BENCH_SECONDS", 8))

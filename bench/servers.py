@@ -5,30 +5,28 @@ import os
 from pathlib import Path
 
 from deploy.app_server import granian_command
-from deploy.processes import ROOT, free_port
-from deploy.unit import Unit, http_upstream
+from deploy.processes import ROOT
+from localcluster.processes import LocalUnit, free_port
 
 PEER_PYTHON = Path(os.environ.get("BENCH_PEER_PYTHON", ROOT / ".venv" / "peers" / "bin" / "python"))
 DJANGO_PEERS_BIN = ROOT / ".venv" / "django-peers" / "bin"
 PEER_WORKERS = 2
 
 
-def unit(name: str, log_dir: Path, app_command: list[str] | None = None, nginx_edit=None, **env: str) -> Unit:
+def unit(name: str, log_dir: Path, app_command: list[str] | None = None, **env: str) -> LocalUnit:
     """A unit on a free loopback port, its log in `log_dir`; Granian as production runs it unless `app_command`."""
     port = free_port()
     settings = {**os.environ, **env}
     command = app_command or granian_command(settings, "bench.wsgi:application")
-    return Unit(
-        f"127.0.0.1:{port}", settings, command, log_dir / f"{name}-{port}.log", name=name, nginx_edit=nginx_edit
-    )
+    return LocalUnit(f"127.0.0.1:{port}", settings, command, log_dir / f"{name}-{port}.log", name=name)
 
 
-def service(log_dir: Path, **env: str) -> Unit:
+def service(log_dir: Path, **env: str) -> LocalUnit:
     """The service as `make serve` runs it, serving bench.wsgi (the service plus the bare view's URL)."""
     return unit("service", log_dir, **env)
 
 
-def django_peer(peer: str, log_dir: Path, equal_work: bool = False, **env: str) -> Unit:
+def django_peer(peer: str, log_dir: Path, equal_work: bool = False, **env: str) -> LocalUnit:
     """A Django peer (bench/peers/<peer>_peer) under the service's app server and settings, from its own
     venv; with `equal_work`, its variant that also counts and logs each request (PEER_EQUAL_WORK=1),
     named `<peer>+`."""
@@ -38,7 +36,7 @@ def django_peer(peer: str, log_dir: Path, equal_work: bool = False, **env: str) 
     return unit(f"{peer}+" if equal_work else peer, log_dir, command, **settings)
 
 
-def fastapi_peer(log_dir: Path, equal_work: bool = False) -> Unit:
+def fastapi_peer(log_dir: Path, equal_work: bool = False) -> LocalUnit:
     """The FastAPI peer under uvicorn (uvloop, httptools, access log on), behind nginx with upstream
     keep-alive, its idle timeout above nginx's. With `equal_work`, its variant that also counts and
     logs each request (PEER_EQUAL_WORK=1), named `fastapi+`: its JSON line replaces uvicorn's access log."""
@@ -46,4 +44,4 @@ def fastapi_peer(log_dir: Path, equal_work: bool = False) -> Unit:
     command += ["--workers", str(PEER_WORKERS), "--loop", "uvloop", "--http", "httptools", "--log-level", "info"]
     command += ["--timeout-keep-alive", "5", "--no-access-log" if equal_work else "--access-log"]
     name, env = ("fastapi+", {"PEER_EQUAL_WORK": "1"}) if equal_work else ("fastapi", {"PEER_EQUAL_WORK": ""})
-    return unit(name, log_dir, command, http_upstream(keepalive=True), **env)
+    return unit(name, log_dir, command, **env)

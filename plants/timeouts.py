@@ -67,7 +67,7 @@ def postgresql_options(options: dict, host: str, timeout_s: int) -> dict:
     }
     # A server that answers but makes a statement wait for a lock (a migration's, a racing create
     # of the same id) cancels the wait itself after T - 1 s, a second before a pooler's
-    # query_timeout (deploy/cluster/pgbouncer.ini) would cut the connection. Not statement_timeout:
+    # query_timeout (localcluster/config/pgbouncer.ini) would cut the connection. Not statement_timeout:
     # it also cancels a commit's wait for a synchronous standby, and PostgreSQL then reports the
     # commit as done (a warning, no error) although only the primary has it: a create answered
     # 200 that a failover loses. PgBouncer drops this startup parameter (ignore_startup_parameters);

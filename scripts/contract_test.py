@@ -1,4 +1,4 @@
-"""`make test-contract`: fuzz the live service with schemathesis, using the schema it publishes.
+"""`make test-contract` (`python -m scripts.contract_test`): fuzz the live service with schemathesis, using the schema it publishes.
 
 Serves the production path (debug off, a production unit: deploy/unit.py, nginx then the app
 server) on a free loopback port, with DATABASE_URL if set (e.g. under scripts/with-postgres),
@@ -12,16 +12,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from deploy.processes import ROOT, free_port  # noqa: E402
-from deploy.unit import Unit  # noqa: E402
+from deploy.processes import ROOT
+from localcluster.processes import LocalUnit, free_port
 
 SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
 PUBLIC_HOST = "plants.example.com"
 
 
-def manage(server: Unit, *args: str) -> str:
+def manage(server: LocalUnit, *args: str) -> str:
     return subprocess.run(
         [sys.executable, "manage.py", *args], cwd=ROOT, env=server.env, check=True, capture_output=True, text=True
     ).stdout
@@ -45,7 +43,7 @@ def main() -> int:
             # them on, as in production, where it never refuses the valid ones the fuzzer checks.
             PLANTS_ANONYMOUS_THROTTLE_RATE="1000000/hour",
         )
-        server = Unit(f"127.0.0.1:{port}", {**os.environ, **settings}, log=work / "unit.log", name="contract")
+        server = LocalUnit(f"127.0.0.1:{port}", {**os.environ, **settings}, log=work / "unit.log", name="contract")
         manage(server, "migrate", "--no-input", "-v", "0")
         manage(server, "collectstatic", "--no-input", "-v", "0")
         token = manage(server, "token", "issue", "schemathesis").strip()

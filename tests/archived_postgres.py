@@ -12,9 +12,9 @@ from urllib.parse import quote
 
 import psycopg
 
-from deploy.cluster import as_unprivileged_user
-from deploy.database import postgresql_bin
 from deploy.processes import ROOT, render, wait_until
+from localcluster.cluster import as_unprivileged_user
+from localcluster.database import postgresql_bin
 
 STANZA = "plantstore"
 

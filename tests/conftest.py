@@ -15,9 +15,9 @@ import pytest
 from django.db import connection
 from rest_framework.test import APIClient
 
-from deploy.cluster import PgBouncer, Redis
 from deploy.processes import wait_until
-from deploy.unit import Unit
+from localcluster.cluster import PgBouncer, Redis
+from localcluster.processes import LocalUnit
 from plants import timeouts
 from plants.rate_stores import RATE_LIMIT_CACHE
 from plants.services import token_issue
@@ -155,7 +155,7 @@ def production_unit(transactional_db, tmp_path):
     `server = production_unit(**environment)`."""
     servers = []
 
-    def start(**env) -> Unit:
+    def start(**env) -> LocalUnit:
         server = live_unit(tmp_path, **{"DATABASE_URL": database_url(connection.settings_dict), **env})
         servers.append(server)
         return server.start()

@@ -24,9 +24,9 @@ from functools import partial
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
-from deploy.cluster import BALANCER_ADDRESS, DEPLOY, Cluster
-from deploy.processes import ROOT, children, descendants, free_port, http_status, render, stop_process, wait_until
-from deploy.unit import Unit
+from deploy.processes import ROOT, children, http_status, render, stop_process, wait_until
+from localcluster.cluster import BALANCER_ADDRESS, CONFIG, Cluster
+from localcluster.processes import LocalUnit, descendants, free_port
 
 
 def database_url(settings_dict: dict) -> str:
@@ -259,8 +259,8 @@ def live_env(**env: str) -> dict:
     return {**os.environ, **LIVE_SETTINGS, **env}
 
 
-class LiveUnit(Unit):
-    """A Unit whose start() also waits for every app worker (wait_for_app_workers)."""
+class LiveUnit(LocalUnit):
+    """A LocalUnit whose start() also waits for every app worker (wait_for_app_workers)."""
 
     def start(self, timeout: float = 60) -> "LiveUnit":
         super().start(timeout)
@@ -284,7 +284,7 @@ def live_unit(log_dir: Path, **env: str) -> LiveUnit:
 
 
 def live_cluster(settings_dict: dict | None, work_dir: Path, database_url: str | None = None, **env: str) -> Cluster:
-    """make cluster's topology (deploy/cluster.py) with LIVE_SETTINGS, on `database_url` (such as a
+    """make cluster's topology (localcluster/cluster.py) with LIVE_SETTINGS, on `database_url` (such as a
     FailoverDatabase's), or else through PgBouncer on the one database of `settings_dict`."""
     return Cluster(settings_dict, work_dir, database_url=database_url, **{**LIVE_SETTINGS, **env})
 
@@ -296,7 +296,7 @@ def entry_points(cluster: Cluster) -> list[tuple[str, str]]:
 
 
 class LivePrometheus:
-    """A throwaway Prometheus (deploy/cluster/prometheus.yml) scraping `targets` every second with
+    """A throwaway Prometheus (localcluster/config/prometheus.yml) scraping `targets` every second with
     the metrics token, its data in a temp dir."""
 
     def __init__(self, targets: list[str], metrics_token: str):
@@ -307,7 +307,7 @@ class LivePrometheus:
         token_file.touch(mode=0o600)
         token_file.write_text(metrics_token)
         self.config = render(
-            DEPLOY / "prometheus.yml",
+            CONFIG / "prometheus.yml",
             work_dir / "prometheus.yml",
             SCRAPE_INTERVAL="1s",
             TARGETS=json.dumps(targets),

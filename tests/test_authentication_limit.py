@@ -193,7 +193,7 @@ def test_empty_rate_turns_the_limit_off(settings, post, monkeypatch):
 def test_unreachable_redis_fails_a_failed_authentication_closed_and_leaves_valid_tokens_alone(
     three_failures_per_hour, settings, post, auth_headers
 ):
-    from deploy.processes import free_port
+    from localcluster.processes import free_port
 
     settings.CACHES = {  # a port no server listens on: refused at once
         **settings.CACHES,

@@ -1,6 +1,6 @@
 """make cluster's topology, driven through its load balancer: HAProxy, two app servers, PgBouncer, Redis.
 
-One cluster for the module (deploy/cluster.py's Cluster, the one make cluster runs); each test
+One cluster for the module (localcluster/cluster.py's Cluster, the one make cluster runs); each test
 issues its own token, so the throttle quota of one does not touch another.
 """
 
@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from deploy.cluster import Cluster
-from deploy.processes import ROOT, descendants, free_port, wait_until
+from deploy.processes import ROOT, wait_until
+from localcluster.cluster import Cluster
+from localcluster.processes import descendants, free_port
 from plants.models import Plant
 from tests.live import (
     DEPLOYED_SETTINGS,
@@ -204,11 +205,11 @@ def test_make_cluster_restarts_on_sighup_and_stops_on_sigterm_leaving_nothing_ru
     try:
         assert wait_until_healthy(f"http://127.0.0.1:{port}", make, timeout=120), log.read_text()
         processes = descendants(make.pid)
-        # The Python process running scripts/cluster (not scripts/with-postgres, which names it too).
+        # The Python process running `python -m localcluster` (not scripts/with-postgres, which names it too).
         script = next(
             pid
             for pid in processes
-            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:2] == [b"scripts/cluster"]
+            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:3] == [b"-m", b"localcluster"]
         )
 
         os.kill(script, signal.SIGHUP)

@@ -11,8 +11,8 @@ import urllib.request
 
 import pytest
 
-from deploy.cluster import Redis
-from deploy.processes import free_port
+from localcluster.cluster import Redis
+from localcluster.processes import free_port
 from tests import live
 from tests.containers import Podman
 from tests.live import DEPLOYED_SETTINGS, PUBLIC_HOST, Load, wait_until_healthy

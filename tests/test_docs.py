@@ -82,7 +82,7 @@ def test_every_relative_link_and_anchor_in_the_docs_resolves(page):
 
 def variables_read_by_the_code() -> set[str]:
     names = set()
-    for folder in ("plantstore_site", "plants", "deploy", "scripts"):
+    for folder in ("plantstore_site", "plants", "deploy", "scripts", "localcluster"):
         for path in (ROOT / folder).rglob("*"):
             if not path.is_file() or path.suffix not in {".py", ""} or "migrations" in path.parts:
                 continue

@@ -19,9 +19,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from deploy.cluster import as_unprivileged_user
-from deploy.database import postgresql_bin
-from deploy.processes import free_port, stop_process, wait_until
+from deploy.processes import stop_process, wait_until
+from localcluster.cluster import as_unprivileged_user
+from localcluster.database import postgresql_bin
+from localcluster.processes import free_port
 from plants.models import Plant
 from plants.services import token_issue
 from tests.live import create_many, live_unit, request
@@ -183,7 +184,7 @@ def test_every_connection_slot_taken_answers_503_within_the_bound_and_serves_aga
 
 
 def pgbouncer_setting(config: Path, name: str) -> int:
-    """A setting of the rendered deploy/cluster/pgbouncer.ini, as production has it."""
+    """A setting of the rendered localcluster/config/pgbouncer.ini, as production has it."""
     parser = configparser.ConfigParser(interpolation=None)
     parser.read(config)
     return int(parser["pgbouncer"][name])

@@ -1,4 +1,4 @@
-"""The database survives the loss of its primary: make cluster's tier (deploy/database.py) under load.
+"""The database survives the loss of its primary: make cluster's tier (localcluster/database.py) under load.
 
 One formation (pg_auto_failover's monitor, a primary and a synchronous standby) and one cluster in
 front of it for the module; each test issues its own token, creates its own range of ids (nothing
@@ -20,8 +20,8 @@ import psycopg
 import pytest
 import redis
 
-from deploy.database import PRIMARY_STATES, DataNode, FailoverDatabase
 from deploy.processes import ROOT, wait_until
+from localcluster.database import PRIMARY_STATES, DataNode, FailoverDatabase
 from plants.timeouts import DEFAULT_DATABASE_TIMEOUT_S
 from tests.faults import dropped_packets
 from tests.live import LIVE_SETTINGS, Load, entry_points, live_cluster, live_env, manage_on, request
@@ -118,7 +118,7 @@ def assert_only_created_or_unavailable(load: Load) -> None:
 
 
 def test_multi_host_database_url_reaches_libpq_as_lists_with_target_session_attrs():
-    # The URL form deploy/database.py gives the app servers: dj_database_url passes its query to
+    # The URL form localcluster/database.py gives the app servers: dj_database_url passes its query to
     # OPTIONS, and Django's backend passes OPTIONS to psycopg (and libpq) as they are.
     url = "postgres://plantstore@/plantstore?host=10.0.0.1,10.0.0.2&port=5432,5433&target_session_attrs=read-write"
     show = "from django.db import connection; import json; print(json.dumps(connection.get_connection_params(), default=str))"

@@ -3,7 +3,7 @@
 import pytest
 from django.test import Client
 
-from deploy.processes import free_port
+from localcluster.processes import free_port
 from tests.live import live_unit, request
 
 

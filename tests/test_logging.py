@@ -118,7 +118,7 @@ def database_down(issued_token):
 
 @pytest.fixture
 def redis_unreachable(settings):
-    from deploy.processes import free_port
+    from localcluster.processes import free_port
 
     settings.PLANTS_THROTTLE_RATE = "3/hour"
     settings.CACHES = {  # a port no server listens on: refused at once

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy.cluster import Redis
-from deploy.processes import ROOT, children, free_port, wait_until
+from deploy.processes import ROOT, children, wait_until
+from localcluster.cluster import Redis
+from localcluster.processes import free_port
 from tests.live import (
     DEPLOYED_SETTINGS,
     LIVE_SETTINGS,
@@ -88,7 +89,7 @@ def test_with_env_example_s_settings_it_is_ready_serves_the_tls_proxy_s_requests
         direct.close()
         with Load(f"{server.url}/plants", token, clients=2, limit=200, first_id=100) as load:
             load.wait_for(20)
-            os.kill(server.pid_of(b"deploy/serve.py"), signal.SIGHUP)
+            os.kill(server.pid_of(b"deploy.serve"), signal.SIGHUP)
             wait_until(lambda: "serve: reloaded" in server.log(), server.process, 60, "the reload")
             load.wait_for(200)
     finally:
@@ -167,9 +168,9 @@ class LinkedReleases:
         self.token = self.manage("token", "issue", "releases").strip()
         with self.log.open("wb") as output:
             self.serve = subprocess.Popen(
-                [self.python, str(self.current / "deploy" / "serve.py")],
+                [self.python, "-m", "deploy.serve"],
                 cwd=self.current,
-                env=self.env,
+                env={**self.env, "PWD": str(self.current)},  # the unit's WorkingDirectory= and Environment=PWD=
                 stdout=output,
                 stderr=output,
                 start_new_session=True,
@@ -193,7 +194,9 @@ class LinkedReleases:
         ]
         command = command.removeprefix("ExecReload=").replace("/opt/plantstore", str(self.current))
         command = command.replace("$MAINPID", str(self.serve.pid))
-        return subprocess.run(command.split(), env=self.env, capture_output=True, text=True, timeout=120)
+        return subprocess.run(
+            command.split(), cwd=self.current, env=self.env, capture_output=True, text=True, timeout=120
+        )
 
     def version(self) -> str:
         return json.loads(request(f"{self.url}/openapi.json")[2])["info"]["version"]
@@ -303,7 +306,7 @@ def test_sighup_reloads_with_a_new_app_server_under_load_without_a_failed_reques
     # Requests go on to the old app server while the new one boots (seconds, on a busy machine).
     with Load(f"{served.url}/plants", token, clients=4, limit=10_000, timeout=30) as load:
         load.wait_for(100)
-        os.kill(served.pid_of(b"deploy/serve.py"), signal.SIGHUP)
+        os.kill(served.pid_of(b"deploy.serve"), signal.SIGHUP)
         wait_until(lambda: "serve: reloaded" in served.log(), served.process, 60, "the reload")
         wait_until(lambda: "old app server has stopped" in served.log(), served.process, 60, "the old app server")
         # Only the new app server is left: nginx sends it everything.
@@ -334,7 +337,7 @@ def test_a_request_begun_before_a_reload_is_answered_after_it_by_the_old_app_ser
 
     # The body comes a byte at a time (within nginx's body timeout) while the unit reloads: nginx's
     # old worker holds the request, and passes it on only once it is whole, to the old app server.
-    os.kill(served.pid_of(b"deploy/serve.py"), signal.SIGHUP)
+    os.kill(served.pid_of(b"deploy.serve"), signal.SIGHUP)
     while "serve: reloaded" not in served.log() and sent < len(body) - 1:
         connection.sendall(body[sent : sent + 1])
         sent += 1
@@ -361,7 +364,16 @@ def test_a_reload_nginx_refuses_the_config_of_leaves_the_running_version_serving
     try:
         app, nginx = unit.app.process.pid, unit.nginx.process.pid
         nginx_workers = children(nginx)
-        unit.nginx_edit = lambda text: text.replace("worker_processes 1;", "worker_processes 1;\nno_such_directive on;")
+        rendered = unit.nginx_conf
+
+        def refused_conf(name: str = "nginx.conf") -> Path:  # the next version's config, with a typo
+            conf = rendered(name)
+            conf.write_text(
+                conf.read_text().replace("worker_processes 1;", "worker_processes 1;\nno_such_directive on;")
+            )
+            return conf
+
+        unit.nginx_conf = refused_conf
         with pytest.raises(RuntimeError, match="nginx refuses the new config: .*no_such_directive"):
             unit.reload()
         liveness = request(f"{unit.url}/livez")
@@ -389,7 +401,7 @@ def test_a_reload_whose_new_version_fails_to_start_leaves_the_running_one_servin
         (code / "version_settings.py").write_text('raise ImportError("the new version is broken")\n')
         shutil.rmtree(code / "__pycache__", ignore_errors=True)
 
-        os.kill(served.pid_of(b"deploy/serve.py"), signal.SIGHUP)
+        os.kill(served.pid_of(b"deploy.serve"), signal.SIGHUP)
         wait_until(lambda: "serve: the reload failed" in served.log(), served.process, 90, "the failed reload")
         created = request(f"{served.url}/plants", {"id": 1, "name": "Fern"}, token)
         still_serving = {served.pid_of(b"bin/granian"), *served.app_workers()}
@@ -408,7 +420,7 @@ def test_sigterm_or_ctrl_c_stops_gracefully_and_leaves_nothing_running(tmp_path,
     server = MakeServe(tmp_path).start()
     processes, folder = server.descendants(), unit_folder(server)
 
-    os.kill(server.pid_of(b"deploy/serve.py"), getattr(signal, how))
+    os.kill(server.pid_of(b"deploy.serve"), getattr(signal, how))
 
     assert server.process.wait(timeout=60) == 0
     assert wait_for_exit(processes) == []
@@ -431,7 +443,7 @@ def test_a_closed_terminal_stops_make_serve_and_leaves_nothing_running(tmp_path)
 
 def test_a_killed_supervisor_takes_its_servers_with_it(tmp_path):
     server = MakeServe(tmp_path).start()
-    supervisor = server.pid_of(b"deploy/serve.py")
+    supervisor = server.pid_of(b"deploy.serve")
     servers, folder = [pid for pid in server.descendants() if pid != supervisor], unit_folder(server)
 
     os.kill(supervisor, signal.SIGKILL)
@@ -445,7 +457,7 @@ def test_request_in_flight_at_sigterm_is_answered(served):
     token = served.token()
     with Load(f"{served.url}/plants", token, clients=4, limit=2000, timeout=30) as load:
         load.wait_for(100)
-        os.kill(served.pid_of(b"deploy/serve.py"), signal.SIGTERM)
+        os.kill(served.pid_of(b"deploy.serve"), signal.SIGTERM)
         served.process.wait(timeout=60)
 
     # Every request either got its answer or found no server listening; none was cut off.

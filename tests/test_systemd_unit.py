@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy.cluster import Redis
-from deploy.processes import ROOT, children, descendants, free_port, http_status, wait_until
+from deploy.processes import ROOT, children, http_status, wait_until
+from localcluster.cluster import Redis
+from localcluster.processes import descendants, free_port
 from tests.live import (
     DEPLOYED_SETTINGS,
     PUBLIC_HOST,

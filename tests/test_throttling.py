@@ -122,7 +122,7 @@ def test_redis_outage_fails_closed_with_503_and_stores_nothing(settings, countin
 
 
 def test_unreachable_redis_fails_closed_with_503_and_stores_nothing(settings, post_plant, caplog):
-    from deploy.processes import free_port
+    from localcluster.processes import free_port
 
     settings.PLANTS_THROTTLE_RATE = "3/hour"
     settings.CACHES = {  # a port no server listens on: refused at once, no server to start

@@ -30,7 +30,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from deploy.processes import free_port
+from localcluster.processes import free_port
 from tests.live import PUBLIC_HOST, MakeServe, start_make, wait_until_healthy
 from tests.topologies import CLUSTER, SERVE, Topology, running_cluster, topology_of_cluster, topology_of_served
 

@@ -1,4 +1,4 @@
-"""nginx's upstream keep-alive (deploy/nginx.conf, deploy/unit.py: http_upstream) against an upstream
+"""nginx's upstream keep-alive (deploy/nginx.conf, deploy/unit.py: render_nginx_conf) against an upstream
 that closes idle connections: nginx's idle timeout must be below the upstream's, or a POST lands on a
 connection the upstream is closing and the client loses it (nginx does not resend a POST it has
 sent). Real nginx, rendered as the cluster's front renders it, in front of a stub upstream whose idle
@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 
 from deploy.app_server import granian_command
-from deploy.cluster import HAProxy
-from deploy.processes import ROOT, ServerProcess, accepts_connections, free_port, wait_until
-from deploy.unit import UPSTREAM_IDLE_S, http_upstream, nginx_command, render_nginx_conf
+from deploy.processes import ROOT, wait_until
+from deploy.unit import UPSTREAM_IDLE_S, nginx_command, render_nginx_conf
+from localcluster.cluster import HAProxy
+from localcluster.processes import ServerProcess, accepts_connections, free_port
 from tests.live import PUBLIC_HOST, request
 
 # How long the stub holds a connection it has decided to close without reading it; it closes at
@@ -133,8 +134,8 @@ class IdleClosingUpstream:
 @pytest.fixture
 def nginx_in_front():
     """`url, upstream = nginx_in_front(upstream_idle_s, nginx_idle_s)`: an IdleClosingUpstream and
-    nginx in front of it, configured as the cluster's front (render_nginx_conf with
-    http_upstream(keepalive=True)) but for its upstream idle timeout; nginx's own folder, stopped by its pid."""
+    nginx in front of it, configured as the cluster's front (render_nginx_conf)
+    but for its upstream idle timeout; nginx's own folder, stopped by its pid."""
     started = []
 
     def start(upstream_idle_s: float, nginx_idle_s: int = UPSTREAM_IDLE_S) -> tuple[str, IdleClosingUpstream]:
@@ -142,8 +143,8 @@ def nginx_in_front():
         run_dir = Path(tempfile.mkdtemp(prefix="plantstore-keepalive."))
         run_dir.chmod(0o755)  # nginx's workers (nobody, when started as root) use its temp folders
         port = free_port()
-        edit = http_upstream(keepalive=True, idle_s=nginx_idle_s)
-        conf = render_nginx_conf(run_dir, f"127.0.0.1:{upstream.port}", f"127.0.0.1:{port}", {}, edit)
+        listen, upstream_address = f"127.0.0.1:{port}", f"127.0.0.1:{upstream.port}"
+        conf = render_nginx_conf(run_dir, upstream_address, listen, {}, upstream_idle_s=nginx_idle_s)
         nginx = ServerProcess("nginx", nginx_command(run_dir, conf), dict(os.environ), run_dir / "nginx.log")
         started.append((upstream, nginx, run_dir))
         nginx.launch()
@@ -220,16 +221,16 @@ def haproxy_keep_alive_s(config: str) -> float:
 
 
 def nginx_upstream_idle_s(tmp_path: Path) -> int:
-    """The upstream keepalive_timeout the cluster's front renders (deploy/cluster.py: Front)."""
-    conf = render_nginx_conf(tmp_path, "127.0.0.1:1", "127.0.0.1:2", {}, http_upstream(keepalive=True))
+    """The upstream keepalive_timeout the cluster's front renders (localcluster/cluster.py: Front)."""
+    conf = render_nginx_conf(tmp_path, "127.0.0.1:1", "127.0.0.1:2", {}, read_timeout_s=40)
     return int(re.search(r"(?s)upstream app \{[^}]*keepalive_timeout (\d+)s;", conf.read_text()).group(1))
 
 
 def test_haproxy_keeps_an_idle_connection_from_the_front_open_longer_than_the_front_does(tmp_path):
     haproxy = HAProxy(
         free_port(), [], tmp_path, "plants.example.com"
-    )  # renders deploy/cluster/haproxy.cfg; starts nothing
-    template = (ROOT / "deploy" / "cluster" / "haproxy.cfg").read_text()
+    )  # renders localcluster/config/haproxy.cfg; starts nothing
+    template = (ROOT / "localcluster" / "config" / "haproxy.cfg").read_text()
 
     assert re.search(r"(?m)^\s*timeout http-keep-alive ", template), "set it explicitly, above the front's"
     assert nginx_upstream_idle_s(tmp_path) < haproxy_keep_alive_s(haproxy.config.read_text())

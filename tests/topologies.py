@@ -1,5 +1,5 @@
 """The topologies the README offers, started for the tests with the same cases: `make serve`,
-`make cluster` (deploy/cluster.py), and `make serve` behind a TLS-terminating proxy."""
+`make cluster` (localcluster/cluster.py), and `make serve` behind a TLS-terminating proxy."""
 
 import http.client
 import os
@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from deploy.cluster import Cluster
-from deploy.processes import ROOT, ServerProcess, free_port, wait_until
+from deploy.processes import ROOT, wait_until
+from localcluster.cluster import Cluster
+from localcluster.processes import ServerProcess, free_port
 from tests.live import (
     PUBLIC_HOST,
     TLS_PROXY_ADDRESS,
@@ -153,7 +154,7 @@ def topology_of_cluster(cluster: Cluster) -> Topology:
 
 @contextmanager
 def running_cluster(settings_dict: dict, work_dir: Path, django_db_blocker, **env: str) -> Iterator[Cluster]:
-    """make cluster's topology on the test database, its static files collected as scripts/cluster
+    """make cluster's topology on the test database, its static files collected as `python -m localcluster`
     collects them (the admin's pages need them); stopped after, and the plants, tokens and users it
     stored flushed, so the next module starts empty."""
     (work_dir / "cluster").mkdir()

@@ -8,7 +8,7 @@ umask 077
 printf '"plantstore" "%s"\n' "$POSTGRES_PASSWORD" >/tmp/userlist.txt
 cat >/tmp/pgbouncer.ini <<INI
 [databases]
-; lock_timeout as the app asks for it (PgBouncer drops the app's options): see deploy/cluster/pgbouncer.ini.
+; lock_timeout as the app asks for it (PgBouncer drops the app's options): see localcluster/config/pgbouncer.ini.
 plantstore = host=postgres port=5432 dbname=plantstore connect_query='SET lock_timeout = 4000'
 
 [pgbouncer]
@@ -22,7 +22,7 @@ max_client_conn = 500
 default_pool_size = 20
 ; psycopg and Django send these at connect; PgBouncer would refuse parameters it does not track.
 ignore_startup_parameters = extra_float_digits,options
-; Every wait within the app's 5 s database bound; each value's reason is in deploy/cluster/pgbouncer.ini.
+; Every wait within the app's 5 s database bound; each value's reason is in localcluster/config/pgbouncer.ini.
 server_connect_timeout = 5
 server_login_retry = 1
 query_wait_timeout = 5

@@ -1,12 +1,11 @@
-#!/usr/bin/env python3
-"""`make cluster`: production's topology on one machine, until stopped.
+"""`make cluster` (`python -m localcluster`): production's topology on one machine, until stopped.
 
 The front (nginx, the units' edge rules) on $PORT (default 8000), HAProxy behind it in front of
 $CLUSTER_APP_SERVERS (default 2) production units
 (deploy/unit.py: nginx in front of the app server, as `make serve` runs one), each its own process
-tree as if on its own host; Redis for the shared rate-limit counters (deploy/cluster.py); a
+tree as if on its own host; Redis for the shared rate-limit counters (localcluster/cluster.py); a
 throwaway PostgreSQL primary and synchronous standby failed over by pg_auto_failover, which the app
-servers reach by a connection string that follows the primary (deploy/database.py). Signals:
+servers reach by a connection string that follows the primary (localcluster/database.py). Signals:
 - SIGHUP: a rolling restart (a new version): one unit at a time is drained in HAProxy, stopped once
   its requests are answered, started with the new code, and back in rotation before the next.
 - SIGTERM or SIGINT (Ctrl-C): everything stops gracefully; SIGKILL: the servers get SIGTERM.
@@ -22,11 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from deploy.cluster import Cluster  # noqa: E402
-from deploy.database import FailoverDatabase  # noqa: E402
-from deploy.processes import ROOT  # noqa: E402
+from deploy.processes import ROOT
+from localcluster.cluster import Cluster
+from localcluster.database import FailoverDatabase
 
 
 def prepare_database(env: dict) -> None:

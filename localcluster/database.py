@@ -17,8 +17,9 @@ from pathlib import Path
 
 import psycopg
 
-from deploy.cluster import DEPLOY, as_unprivileged_user
-from deploy.processes import dying_with_parent, free_port, render, stop_process, wait_until
+from deploy.processes import render, stop_process, wait_until
+from localcluster.cluster import CONFIG, as_unprivileged_user
+from localcluster.processes import free_port
 
 PRIMARY_STATES = {"single", "wait_primary", "primary"}
 
@@ -71,7 +72,7 @@ class DataNode:
         with self.log_path.open("ab") as log:
             command = [pg_autoctl(), *arguments]
             self.process = subprocess.Popen(
-                dying_with_parent(command) if self.formation.supervised else command,
+                ["setpriv", "--pdeathsig", "TERM", *command] if self.formation.supervised else command,
                 cwd=self.formation.work_dir,
                 env=self.formation.env,
                 stdout=log,
@@ -161,15 +162,15 @@ class FailoverDatabase:
         self.run(command)
         # After pg_autoctl's own include, so that its timers and its listen address win.
         with (self.monitor.pgdata / "postgresql.conf").open("a") as conf:
-            conf.write("\n" + (DEPLOY / "failover-monitor.conf").read_text())
+            conf.write("\n" + (CONFIG / "failover-monitor.conf").read_text())
         self.monitor.start()
         wait_until(self.monitor_answers, self.monitor.process, 30, "the pg_auto_failover monitor")
 
     def initdb(self, node: DataNode) -> None:
-        """The first node's data folder, with deploy/cluster/failover-node.conf (the standbys copy it)."""
+        """The first node's data folder, with localcluster/config/failover-node.conf (the standbys copy it)."""
         self.run([str(self.bin / "initdb"), "-D", str(node.pgdata), "-U", "postgres", "--auth=trust", "-E", "UTF8"])
         node_conf = render(
-            DEPLOY / "failover-node.conf", self.work_dir / "failover-node.conf", MAX_CONNECTIONS="200", FSYNC="off"
+            CONFIG / "failover-node.conf", self.work_dir / "failover-node.conf", MAX_CONNECTIONS="200", FSYNC="off"
         )
         with (node.pgdata / "postgresql.conf").open("a") as conf:
             conf.write("\n" + node_conf.read_text())

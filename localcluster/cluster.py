@@ -1,7 +1,7 @@
 """`make cluster`'s topology: the front (nginx), HAProxy in front of N production units, Redis, the database.
 
-Each server reads its config from deploy/cluster/ (templates whose $NAMEs are filled in here).
-scripts/cluster runs it until stopped; the tests and `make bench-cluster` start the same classes.
+Each server reads its config from localcluster/config/ (templates whose @NAME@s are filled in here).
+`python -m localcluster` runs it until stopped; the tests and `make bench-cluster` start the same classes.
 """
 
 import os
@@ -14,10 +14,11 @@ from pathlib import Path
 from urllib.parse import quote
 
 from deploy.probe import probe_host
-from deploy.processes import ROOT, ServerProcess, accepts_connections, free_port, render, stop_process, wait_until
-from deploy.unit import Unit, http_upstream, nginx_command, render_nginx_conf
+from deploy.processes import ROOT, render, stop_process, wait_until
+from deploy.unit import nginx_command, render_nginx_conf
+from localcluster.processes import LocalUnit, ServerProcess, accepts_connections, free_port
 
-DEPLOY = ROOT / "deploy" / "cluster"
+CONFIG = ROOT / "localcluster" / "config"
 # Where the front and HAProxy connect from, on one machine: the units' nginx trusts their X-Forwarded-For.
 BALANCER_ADDRESS = "127.0.0.1"
 
@@ -28,7 +29,7 @@ def as_unprivileged_user() -> dict:
 
 
 class Redis:
-    """A throwaway redis-server (deploy/cluster/redis.conf) on a loopback port, keeping nothing on disk."""
+    """A throwaway redis-server (localcluster/config/redis.conf) on a loopback port, keeping nothing on disk."""
 
     def __init__(self):
         self.port = free_port()
@@ -48,7 +49,7 @@ class Redis:
         if binary is None:
             raise RuntimeError("redis-server is not installed (Debian package redis-server)")
         self.process = subprocess.Popen(
-            [binary, str(DEPLOY / "redis.conf"), "--port", str(self.port)], stdout=subprocess.DEVNULL
+            [binary, str(CONFIG / "redis.conf"), "--port", str(self.port)], stdout=subprocess.DEVNULL
         )
         wait_until(self.answers, self.process, 10, "redis-server")
         return self
@@ -69,7 +70,7 @@ class PgBouncer:
         self.url = f"postgres://{quote(settings_dict['USER'] or 'postgres')}@127.0.0.1:{self.port}/{self.database}"
         backend = f"host={settings_dict['HOST']} port={settings_dict['PORT'] or 5432} dbname={self.database}"
         self.config = render(
-            DEPLOY / "pgbouncer.ini",
+            CONFIG / "pgbouncer.ini",
             work_dir / "pgbouncer.ini",
             PORT=str(self.port),
             DATABASE=self.database,
@@ -112,10 +113,10 @@ class PgBouncer:
 
 
 class HAProxy:
-    """HAProxy (deploy/cluster/haproxy.cfg) on `port`, balancing over `units`, with its runtime API
+    """HAProxy (localcluster/config/haproxy.cfg) on `port`, balancing over `units`, with its runtime API
     on a unix socket in `work_dir` (drain, maint, ready: the rolling restart's moves)."""
 
-    def __init__(self, port: int, units: list[Unit], work_dir: Path, probe_host: str, supervised: bool = False):
+    def __init__(self, port: int, units: list[LocalUnit], work_dir: Path, probe_host: str, supervised: bool = False):
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.socket_path = work_dir / "haproxy.sock"
@@ -126,12 +127,12 @@ class HAProxy:
         # Its checks name a host the units allow (deploy/probe.py), as every unit's own probe does.
         self.probe_host = probe_host
         self.config = render(
-            DEPLOY / "haproxy.cfg",
+            CONFIG / "haproxy.cfg",
             work_dir / "haproxy.cfg",
             PORT=str(port),
             PROBE_HOST=self.probe_host,
             SERVERS=servers,
-            ERRORS=str(DEPLOY / "errors"),
+            ERRORS=str(ROOT / "deploy" / "haproxy-errors"),
             ADMIN_SOCKET=str(self.socket_path),
         )
         binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
@@ -212,9 +213,7 @@ class Front:
         self.run_dir.chmod(0o755)  # nginx's workers (nobody, when started as root) use its temp folders
         upstream, listen = f"127.0.0.1:{self.upstream_port}", f"127.0.0.1:{self.port}"
         # It waits 40 s for an answer: longer than HAProxy does (timeout server), whose 503 it passes on.
-        conf = render_nginx_conf(
-            self.run_dir, upstream, listen, self.env, http_upstream(keepalive=True, read_timeout_s=40)
-        )
+        conf = render_nginx_conf(self.run_dir, upstream, listen, self.env, read_timeout_s=40)
         self.server = ServerProcess(
             "front", nginx_command(self.run_dir, conf), dict(os.environ), self.log_path, self.supervised
         )
@@ -238,7 +237,7 @@ class Cluster:
     """The front (nginx) on `port`, HAProxy behind it in front of `app_servers` production units
     (each nginx and the app server, as if on its own host), and Redis for the rate-limit counters they
     share. The database: `database_url` as it is (one that follows the primary, such as
-    deploy/database.py's FailoverDatabase's, or a managed PostgreSQL's), or, with `settings_dict`
+    localcluster/database.py's FailoverDatabase's, or a managed PostgreSQL's), or, with `settings_dict`
     instead, PgBouncer pooling by transaction in front of that one PostgreSQL."""
 
     def __init__(
@@ -270,7 +269,7 @@ class Cluster:
             "PLANTS_TRUSTED_PROXIES": BALANCER_ADDRESS,
         }
         self.units = [
-            Unit(
+            LocalUnit(
                 f"127.0.0.1:{free_port()}",
                 self.env,
                 log=work_dir / f"unit{n + 1}.log",

@@ -1,0 +1,45 @@
+"""Config templates (deploy/processes.py: render): @NAME@ placeholders, a mistake on either side an error."""
+
+import re
+
+import pytest
+
+from deploy.processes import ROOT, render
+from deploy.unit import render_nginx_conf
+
+
+def test_a_template_renders_its_placeholders_and_keeps_every_dollar(tmp_path):
+    template = tmp_path / "t.conf"
+    template.write_text("listen @LISTEN@; proxy_set_header Host $http_host; map $a $b { ~^(\\d+)$ 1; }\n")
+
+    rendered = render(template, tmp_path / "out.conf", LISTEN="127.0.0.1:8000").read_text()
+
+    assert rendered == "listen 127.0.0.1:8000; proxy_set_header Host $http_host; map $a $b { ~^(\\d+)$ 1; }\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "values", "error"),
+    [
+        ("listen @LISTEN@;", {}, KeyError),  # a placeholder the code does not fill
+        ("listen @LISTEN@;", {"LISTEN": "1", "LISTNE": "2"}, KeyError),  # a value the template has no place for
+        ("listen @LISTEN;", {"LISTEN": "1"}, KeyError),  # a placeholder not closed
+        ("root@host", {}, ValueError),  # a stray at sign
+    ],
+)
+def test_a_placeholder_missing_or_misspelt_on_either_side_is_an_error(tmp_path, text, values, error):
+    template = tmp_path / "t.conf"
+    template.write_text(text)
+
+    with pytest.raises(error):
+        render(template, tmp_path / "out.conf", **values)
+
+
+def test_the_rendered_nginx_conf_has_no_placeholder_left_and_the_timeouts_asked_for(tmp_path):
+    text = render_nginx_conf(
+        tmp_path, "127.0.0.1:1", "127.0.0.1:2", {}, upstream_idle_s=7, read_timeout_s=41
+    ).read_text()
+
+    assert "@" not in text
+    assert re.search(r"(?s)upstream app \{[^}]*keepalive_timeout 7s;", text)
+    assert "proxy_read_timeout 41s;" in text
+    assert (ROOT / "deploy" / "nginx.conf").read_text().count("$") == text.count("$")
