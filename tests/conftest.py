@@ -23,7 +23,7 @@ from plants.rate_stores import RATE_LIMIT_CACHE
 from plants.services import token_issue
 from tests.archived_postgres import ArchivedPostgres
 from tests.clock import NOW, Clock
-from tests.live import database_url, live_unit
+from tests.live import MakeServe, database_url, live_unit
 
 
 @pytest.fixture
@@ -90,6 +90,8 @@ SLOWEST_MODULES = [
     "test_container.py",
     "test_edge.py",
     "test_serve.py",
+    "test_reload.py",
+    "test_stop.py",
     "test_cluster.py",
     "test_failover.py",
     "test_systemd_unit.py",
@@ -173,6 +175,14 @@ def other_sessions(cursor) -> int:
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
     )
     return cursor.fetchone()[0]
+
+
+@pytest.fixture
+def served(tmp_path):
+    """`make serve` started as an operator starts it (tests/live.py: MakeServe), stopped after the test."""
+    server = MakeServe(tmp_path).start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

@@ -430,6 +430,11 @@ class MakeServe:
         """The first of make serve's processes whose command line contains `name`."""
         return next(pid for pid in self.descendants() if name in Path(f"/proc/{pid}/cmdline").read_bytes())
 
+    def unit_folder(self) -> Path:
+        """The unit's temp folder, named in nginx's command line (-p)."""
+        cmdline = Path(f"/proc/{self.pid_of(b'nginx: master')}/cmdline").read_bytes().decode()
+        return Path(cmdline.split("-p ")[1].split(" ")[0])
+
     def app_workers(self) -> list[int]:
         """The app server's workers: the children of its main process, the first Granian among make serve's processes."""
         return children(self.pid_of(b"bin/granian"))
