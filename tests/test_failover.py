@@ -64,6 +64,7 @@ def free_shared_memory_of_lost_hosts(formation: FailoverDatabase) -> None:
     node a test left lost, so that PostgreSQL itself frees them before the folder goes."""
     for node in formation.nodes:
         if node.process.poll() is not None and (node.pgdata / "postmaster.pid").exists():
+            node.wait_until_gone()
             pg_ctl = [str(formation.bin / "pg_ctl"), "-D", str(node.pgdata), "-w", "-s"]
             formation.run([*pg_ctl, "start", "-l", str(node.pgdata / "freed.log")])
             formation.run([*pg_ctl, "stop", "-m", "immediate"])
