@@ -19,7 +19,7 @@ import psycopg
 
 from deploy.processes import render, stop_process, wait_until
 from localcluster.cluster import CONFIG, as_unprivileged_user
-from localcluster.processes import free_port
+from localcluster.processes import descendants, free_port
 
 PRIMARY_STATES = {"single", "wait_primary", "primary"}
 
@@ -53,6 +53,7 @@ class DataNode:
         self.log_path = formation.work_dir / f"{self.name}.log"
         self.url = f"postgres://postgres@127.0.0.1:{self.port}/{formation.database}"
         self.process: subprocess.Popen | None = None
+        self.lost: list[int] = []  # the processes kill() ended, until they are gone
 
     def create(self) -> None:
         """Register with the monitor and keep running: the first node becomes the primary, the
@@ -66,6 +67,7 @@ class DataNode:
 
     def start(self) -> None:
         """Start again after stop() or kill(): the node rejoins, as a standby if another was promoted."""
+        self.wait_until_gone()
         self.launch("run", "--pgdata", str(self.pgdata))
 
     def launch(self, *arguments: str) -> None:
@@ -82,11 +84,30 @@ class DataNode:
             )
 
     def kill(self) -> None:
-        """The host is lost: SIGKILL the keeper and its PostgreSQL together (killing PostgreSQL alone,
-        the keeper would restart it on the same node instead of failing over)."""
+        """The host is lost: SIGKILL the keeper and all of its PostgreSQL at once (killing PostgreSQL
+        alone, the keeper would restart it on the same node instead of failing over). PostgreSQL makes
+        each of its children (backends, walsender, checkpointer...) a process group of its own, so the
+        keeper's group is not all: it is stopped first (its postmaster forks no more), then every
+        process it started is killed with it."""
         if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGSTOP)
+            self.lost = descendants(self.process.pid)
             os.killpg(self.process.pid, signal.SIGKILL)
+            for pid in self.lost:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             self.process.wait()
+
+    def wait_until_gone(self, timeout: float = 30) -> None:
+        """Wait until no process kill() ended is left, not even unreaped: PostgreSQL refuses to start on
+        a data folder whose postmaster.pid names a process that still exists ("lock file already
+        exists"), and a killed postmaster, orphaned, is reaped only when the system's init gets to it
+        (about 2 s here). A child left running would also hold its shared memory ("still in use")."""
+        gone = f"the end of {self.name}'s killed processes"
+        wait_until(lambda: not any(Path(f"/proc/{pid}").exists() for pid in self.lost), None, timeout, gone)
+        self.lost = []
 
     def stop(self) -> None:
         stop_process(self.process, timeout=30)  # the keeper stops its PostgreSQL (fast shutdown)

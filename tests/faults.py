@@ -1,16 +1,24 @@
-"""Network faults on loopback, as production meets them: packets to a server dropped, not refused.
+"""Network faults on loopback, as production meets them: packets to a server dropped, not refused, or delayed.
 
 A forwarder gives a server that listens on a unix socket (the test run's PostgreSQL) a loopback TCP
 port; dropped_packets() drops every packet to and from a loopback port with an nftables table of its
 own, removed whatever happens. A proxy that merely stops forwarding would not do: its kernel still
 acknowledges every byte and answers every keepalive probe, so it makes a hung server, and the TCP
 timeouts that free a worker when a cable is pulled would never be put to the test.
+
+A delaying relay holds every byte for a while in each direction, as a slow link does. netem (tc's
+network emulator, the usual way) is not in every kernel, this machine's among them ("Specified qdisc
+kind is unknown"); a delay, unlike a drop, needs no kernel help to be faithful where it matters: each
+statement's answer reaches the client a round trip later.
 """
 
+import queue
+import random
 import shutil
 import socket
 import subprocess
 import threading
+import time
 from contextlib import contextmanager
 
 
@@ -72,6 +80,112 @@ class Forwarder:
                 except OSError:
                     pass
                 end.close()
+
+
+class DelayingRelay:
+    """Each TCP connection to 127.0.0.1:`port` relayed to `target` (as Forwarder's), every chunk of
+    bytes held `delay` seconds in each direction, drawn for each chunk uniformly from (low, high) by a
+    seeded generator: a round trip gains two draws. The bytes of a connection keep their order (a chunk
+    never leaves before the one ahead of it), as on a TCP connection over a slow link. `delay` may be
+    changed while connections are open; it applies to the chunks that arrive after.
+
+    It counts the connections it accepted and the round trips made on them: a round trip starts when
+    the client sends after the server has answered (or sends first). What it does not delay: the TCP
+    handshake and acknowledgements, which its own kernel answers (netem would delay a new connection's
+    handshake by one round trip more, and each acknowledgement, well inside libpq's 5 s tcp_user_timeout).
+    """
+
+    def __init__(self, target: str | tuple[str, int], delay: tuple[float, float] = (0, 0), seed: int = 45):
+        self.target, self.delay = target, delay
+        self.random = random.Random(seed)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.connections = self.round_trips = 0
+        self.sockets: list[socket.socket] = []
+        self.queues: list[queue.Queue] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            family = socket.AF_UNIX if isinstance(self.target, str) else socket.AF_INET
+            server = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                server.connect(self.target)
+            except OSError:
+                client.close()
+                server.close()
+                continue
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            last_sender = [None]  # of this connection: "client" or "server"
+            with self.lock:
+                self.connections += 1
+                self.sockets += [client, server]
+            for source, destination, sender in ((client, server, "client"), (server, client, "server")):
+                held: queue.Queue = queue.Queue()
+                with self.lock:
+                    self.queues.append(held)
+                threading.Thread(target=self.receive, args=(source, held, sender, last_sender), daemon=True).start()
+                threading.Thread(target=self.send, args=(held, destination), daemon=True).start()
+
+    def receive(self, source: socket.socket, held: queue.Queue, sender: str, last_sender: list) -> None:
+        """Queue each chunk from `source` with the moment it may leave: its delay after its arrival,
+        and never before the chunk ahead of it."""
+        leaves = 0.0
+        try:
+            while data := source.recv(65536):
+                with self.lock:
+                    if sender == "client" and last_sender[0] != "client":
+                        self.round_trips += 1
+                    last_sender[0] = sender
+                    leaves = max(leaves, time.monotonic() + self.random.uniform(*self.delay))
+                held.put((leaves, data))
+        except OSError:
+            pass
+        held.put(None)  # the end: after every chunk already held
+
+    @staticmethod
+    def send(held: queue.Queue, destination: socket.socket) -> None:
+        try:
+            while (chunk := held.get()) is not None:
+                leaves, data = chunk
+                time.sleep(max(0.0, leaves - time.monotonic()))
+                destination.sendall(data)
+            destination.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def counts(self) -> tuple[int, int]:
+        """(connections accepted, round trips made) so far."""
+        with self.lock:
+            return self.connections, self.round_trips
+
+    def end_connections(self) -> None:
+        """End every connection open now, as a database restart ends them: both ends see it at once."""
+        with self.lock:
+            queues, sockets = self.queues, self.sockets
+            self.queues, self.sockets = [], []
+        for held in queues:
+            held.put(None)  # wakes its sender
+        for end in sockets:
+            try:
+                end.shutdown(socket.SHUT_RDWR)  # wakes its receiver: a close alone would not
+            except OSError:
+                pass
+            end.close()
+
+    def close(self) -> None:
+        """Stop accepting and end every connection: the server sees its clients leave."""
+        try:
+            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
+        except OSError:
+            pass
+        self.listener.close()
+        self.end_connections()
 
 
 def unix_socket_or_address(settings_dict: dict) -> str | tuple[str, int]:
