@@ -50,8 +50,12 @@ class Forwarder:
                 continue
             with self.lock:
                 self.sockets += [client, server]
-            for source, destination in ((client, server), (server, client)):
-                threading.Thread(target=self.pump, args=(source, destination), daemon=True).start()
+            self.relay(client, server)
+
+    def relay(self, client: socket.socket, server: socket.socket) -> None:
+        """Carry the bytes of a connection both ways, from threads of its own."""
+        for source, destination in ((client, server), (server, client)):
+            threading.Thread(target=self.pump, args=(source, destination), daemon=True).start()
 
     @staticmethod
     def pump(source: socket.socket, destination: socket.socket) -> None:
@@ -66,23 +70,28 @@ class Forwarder:
             except OSError:
                 pass
 
+    def end_connections(self) -> None:
+        """End every connection open now, as a database restart ends them: both ends see it at once."""
+        with self.lock:
+            sockets, self.sockets = self.sockets, []
+        for end in sockets:
+            try:
+                end.shutdown(socket.SHUT_RDWR)  # wakes its pump: a close alone would not
+            except OSError:
+                pass
+            end.close()
+
     def close(self) -> None:
-        """Close every connection: the server sees its clients leave."""
+        """Stop accepting and end every connection: the server sees its clients leave."""
         try:
             self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
         except OSError:
             pass
         self.listener.close()
-        with self.lock:
-            for end in self.sockets:
-                try:
-                    end.shutdown(socket.SHUT_RDWR)  # wakes its pump: a close alone would not
-                except OSError:
-                    pass
-                end.close()
+        self.end_connections()
 
 
-class DelayingRelay:
+class DelayingRelay(Forwarder):
     """Each TCP connection to 127.0.0.1:`port` relayed to `target` (as Forwarder's), every chunk of
     bytes held `delay` seconds in each direction, drawn for each chunk uniformly from (low, high) by a
     seeded generator: a round trip gains two draws. The bytes of a connection keep their order (a chunk
@@ -96,41 +105,23 @@ class DelayingRelay:
     """
 
     def __init__(self, target: str | tuple[str, int], delay: tuple[float, float] = (0, 0), seed: int = 45):
-        self.target, self.delay = target, delay
+        self.delay = delay
         self.random = random.Random(seed)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
         self.connections = self.round_trips = 0
-        self.sockets: list[socket.socket] = []
         self.queues: list[queue.Queue] = []
-        self.lock = threading.Lock()
-        threading.Thread(target=self.accept, daemon=True).start()
+        super().__init__(target)  # accepts from here on
 
-    def accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return  # closed
-            family = socket.AF_UNIX if isinstance(self.target, str) else socket.AF_INET
-            server = socket.socket(family, socket.SOCK_STREAM)
-            try:
-                server.connect(self.target)
-            except OSError:
-                client.close()
-                server.close()
-                continue
-            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            last_sender = [None]  # of this connection: "client" or "server"
+    def relay(self, client: socket.socket, server: socket.socket) -> None:
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        last_sender = [None]  # of this connection: "client" or "server"
+        with self.lock:
+            self.connections += 1
+        for source, destination, sender in ((client, server, "client"), (server, client, "server")):
+            held: queue.Queue = queue.Queue()
             with self.lock:
-                self.connections += 1
-                self.sockets += [client, server]
-            for source, destination, sender in ((client, server, "client"), (server, client, "server")):
-                held: queue.Queue = queue.Queue()
-                with self.lock:
-                    self.queues.append(held)
-                threading.Thread(target=self.receive, args=(source, held, sender, last_sender), daemon=True).start()
-                threading.Thread(target=self.send, args=(held, destination), daemon=True).start()
+                self.queues.append(held)
+            threading.Thread(target=self.receive, args=(source, held, sender, last_sender), daemon=True).start()
+            threading.Thread(target=self.send, args=(held, destination), daemon=True).start()
 
     def receive(self, source: socket.socket, held: queue.Queue, sender: str, last_sender: list) -> None:
         """Queue each chunk from `source` with the moment it may leave: its delay after its arrival,
@@ -165,27 +156,11 @@ class DelayingRelay:
             return self.connections, self.round_trips
 
     def end_connections(self) -> None:
-        """End every connection open now, as a database restart ends them: both ends see it at once."""
         with self.lock:
-            queues, sockets = self.queues, self.sockets
-            self.queues, self.sockets = [], []
+            queues, self.queues = self.queues, []
         for held in queues:
             held.put(None)  # wakes its sender
-        for end in sockets:
-            try:
-                end.shutdown(socket.SHUT_RDWR)  # wakes its receiver: a close alone would not
-            except OSError:
-                pass
-            end.close()
-
-    def close(self) -> None:
-        """Stop accepting and end every connection: the server sees its clients leave."""
-        try:
-            self.listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
-        except OSError:
-            pass
-        self.listener.close()
-        self.end_connections()
+        super().end_connections()  # and its receiver
 
 
 def unix_socket_or_address(settings_dict: dict) -> str | tuple[str, int]:
