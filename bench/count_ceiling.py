@@ -25,8 +25,7 @@ from django.core.management import call_command
 
 from bench.report import write_section
 from bench.run import ENV
-from deploy.processes import ROOT, stop_process, wait_until
-from localcluster.processes import free_port
+from localcluster.cluster import Redis
 
 CLIENTS = 16
 SECONDS = int(os.environ.get("BENCH_SECONDS", 8))
@@ -68,33 +67,18 @@ def pgbench(script: str, work_dir: Path) -> dict:
 
 def redis_incr() -> dict:
     """INCR on one key from 16 clients, against a redis-server as make cluster runs it (in memory only)."""
-    port = free_port()
-    work_dir = Path(tempfile.mkdtemp(prefix="plantstore-bench-redis."))
-    server = subprocess.Popen(
-        [
-            "redis-server",
-            str(ROOT / "localcluster" / "config" / "redis.conf"),
-            "--port",
-            str(port),
-            "--dir",
-            str(work_dir),
-        ],
-        stdout=subprocess.DEVNULL,
-    )
+    server = Redis().start()
     try:
-        wait_until(lambda: subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True).returncode == 0,
-                   server, 10, "redis-server")  # fmt: skip
         started = time.monotonic()
         output = subprocess.run(
-            ["redis-benchmark", "-p", str(port), "-c", str(CLIENTS), "-n", "400000", "--csv", "INCR", KEY],
+            ["redis-benchmark", "-p", str(server.port), "-c", str(CLIENTS), "-n", "400000", "--csv", "INCR", KEY],
             check=True, capture_output=True, text=True,
         ).stdout  # fmt: skip
         seconds = time.monotonic() - started
         fields = output.strip().splitlines()[-1].replace('"', "").split(",")
         return {"per_s": float(fields[1]), "latency_ms": float(fields[2]), "seconds": seconds}
     finally:
-        stop_process(server)
-        shutil.rmtree(work_dir, ignore_errors=True)
+        server.stop()
 
 
 def main() -> None:
