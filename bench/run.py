@@ -35,7 +35,7 @@ CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", 16))
 # Latency at a fixed offered load: each target gets the same constant rate, a share of the slowest
 # target's throughput, from Locust (bench/locustfile.py) for LATENCY_SECONDS.
 LOAD_SHARES = (0.5, 0.8)
-LATENCY_SECONDS = int(os.environ.get("BENCH_LATENCY_SECONDS", 20))
+LATENCY_SECONDS = int(os.environ.get("BENCH_LATENCY_SECONDS", 30))
 # Each Locust user sends one create per interval: far above every answer's time, so the rate
 # offered never waits for the server.
 USER_INTERVAL_S = 0.1
@@ -196,13 +196,18 @@ def run_rounds(servers: dict, token: str) -> dict[str, list[dict]]:
 
 def fixed_rate_latency(servers: dict, token: str, rounds: dict) -> dict[float, dict]:
     """{share: {target: figures}}: each target driven at `share` of the slowest target's median
-    throughput, the same rate for all, one after another."""
+    throughput, the same rate for all, one after another, in the opposite order at the next share.
+
+    Each run starts from a CHECKPOINT, so that none pays for the dirty pages of the one before it
+    (with fsync on, the first after wrk's rounds paid for all of theirs)."""
     slowest = min(statistics.median(f["rps"] for f in figures) for figures in rounds.values())
     found = {}
     for share_index, share in enumerate(LOAD_SHARES):
         found[share] = {}
-        for index, (name, (server, path, _)) in enumerate(TARGETS.items()):
+        targets = list(enumerate(TARGETS.items()))
+        for index, (name, (server, path, _)) in targets[:: -1 if share_index % 2 else 1]:
             id_base = ID_BLOCK * (1000 + 10 * share_index + index)
+            psql("CHECKPOINT")
             found[share][name] = locust(servers[server].url, path, token, id_base, share * slowest)
             print(f"{share:.0%} load {name:13} p50 {found[share][name]['p50_ms']} ms, p99 "
                   f"{found[share][name]['p99_ms']} ms at {found[share][name]['rps']:.0f} req/s", flush=True)  # fmt: skip
@@ -407,7 +412,8 @@ def report(rounds: dict, latency: dict, peak_rss: dict) -> None:
         f"- Latency at a fixed load: Locust (`bench/locustfile.py`, its own venv), each user one create every "
         f"{USER_INTERVAL_S * 1000:.0f} ms on its own schedule, {LATENCY_SECONDS} s per target at "
         f"{', '.join(f'{share:.0%}' for share in LOAD_SHARES)} of the slowest target's median throughput "
-        "(Locust rounds times above 100 ms to 10 ms)",
+        "(Locust rounds times above 100 ms to 10 ms), each run after a `CHECKPOINT`, the second share's "
+        "targets in the opposite order",
         "- Each request creates a new plant (unique ids) with a real bearer token, looked up on every request; "
         "the bare view is `json.loads`, `Plant.objects.create`, `JsonResponse` through the same middleware.",
         "",
