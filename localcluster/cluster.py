@@ -237,8 +237,8 @@ class Cluster:
     """The front (nginx) on `port`, HAProxy behind it in front of `app_servers` production units
     (each nginx and the app server, as if on its own host), and Redis for the rate-limit counters they
     share. The database: `database_url` as it is (one that follows the primary, such as
-    localcluster/database.py's FailoverDatabase's, or a managed PostgreSQL's), or, with `settings_dict`
-    instead, PgBouncer pooling by transaction in front of that one PostgreSQL."""
+    localcluster/database.py's FailoverDatabase's, or a managed PostgreSQL's), or one such URL per unit,
+    or, with `settings_dict` instead, PgBouncer pooling by transaction in front of that one PostgreSQL."""
 
     def __init__(
         self,
@@ -247,7 +247,7 @@ class Cluster:
         port: int | None = None,
         app_servers: int = 2,
         supervised: bool = False,
-        database_url: str | None = None,
+        database_url: str | list[str] | None = None,
         **env: str,
     ):
         self.work_dir = work_dir
@@ -257,10 +257,11 @@ class Cluster:
         self.pgbouncer = PgBouncer(settings_dict) if database_url is None else None
         # DJANGO_DB_PREPARED_STATEMENTS stays at its default, off: PgBouncer 1.18 in transaction
         # mode keeps no prepared statements.
-        database_env = {"DATABASE_URL": self.pgbouncer.url if self.pgbouncer else database_url}
+        database_url = self.pgbouncer.url if self.pgbouncer else database_url
+        unit_urls = database_url if isinstance(database_url, list) else [database_url] * app_servers
         self.env = {
             **os.environ,
-            **database_env,
+            "DATABASE_URL": unit_urls[0],  # the first unit's, which a command run beside the cluster uses too
             "REDIS_URL": self.redis.url,
             **env,
             # The front names the client in X-Forwarded-For and HAProxy adds the front's address; each
@@ -271,12 +272,12 @@ class Cluster:
         self.units = [
             LocalUnit(
                 f"127.0.0.1:{free_port()}",
-                self.env,
+                {**self.env, "DATABASE_URL": url},
                 log=work_dir / f"unit{n + 1}.log",
                 supervised=supervised,
                 name=f"unit{n + 1}",
             )
-            for n in range(app_servers)
+            for n, url in enumerate(unit_urls)
         ]
         self.haproxy = HAProxy(free_port(), self.units, work_dir, self.units[0].probe_host, supervised)
         self.front = Front(port or free_port(), self.haproxy.port, work_dir, {**os.environ, **env}, supervised)

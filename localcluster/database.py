@@ -22,6 +22,9 @@ from localcluster.cluster import CONFIG, as_unprivileged_user
 from localcluster.processes import descendants, free_port
 
 PRIMARY_STATES = {"single", "wait_primary", "primary"}
+# Every data node answers on both: the app servers may each reach the database by an address of their
+# own, as if from their own host, so that a fault can cut one of them off and not the others.
+ADDRESSES = ("127.0.0.1", "127.0.0.2")
 
 
 def postgresql_bin() -> Path:
@@ -60,7 +63,7 @@ class DataNode:
         others take a base backup of it and follow."""
         self.launch(
             "create", "postgres", "--pgctl", str(self.formation.bin / "pg_ctl"), "--pgdata", str(self.pgdata),
-            "--pgport", str(self.port), "--listen", "127.0.0.1", "--hostname", "127.0.0.1", "--name", self.name,
+            "--pgport", str(self.port), "--listen", ",".join(ADDRESSES), "--hostname", "127.0.0.1", "--name", self.name,
             "--auth", "trust", "--no-ssl", "--dbname", self.formation.database,
             "--monitor", self.formation.monitor_url, "--run",
         )  # fmt: skip
@@ -147,12 +150,17 @@ class FailoverDatabase:
         self.monitor_error: psycopg.Error | None = None
         self.monitor_url = f"postgres://autoctl_node@127.0.0.1:{self.monitor.port}/pg_auto_failover?sslmode=disable"
         self.nodes = [DataNode(self, f"node{number}") for number in range(1, nodes + 1)]
-        hosts = ",".join("127.0.0.1" for _ in self.nodes)
+        self.url = self.url_via(ADDRESSES[0])
+
+    def url_via(self, address: str) -> str:
+        """The URL that follows the primary, reaching every node at `address` (one of ADDRESSES).
+
+        libpq's URI form with the hosts as parameters, which dj_database_url also reads (its OPTIONS
+        reach libpq as they are). connect_timeout: a lost host is skipped after 2 s."""
+        hosts = ",".join(address for _ in self.nodes)
         ports = ",".join(str(node.port) for node in self.nodes)
-        # libpq's URI form with the hosts as parameters, which dj_database_url also reads (its
-        # OPTIONS reach libpq as they are). connect_timeout: a lost host is skipped after 2 s.
-        self.url = (
-            f"postgres://postgres@/{database}?host={hosts}&port={ports}"
+        return (
+            f"postgres://postgres@/{self.database}?host={hosts}&port={ports}"
             "&target_session_attrs=read-write&connect_timeout=2"
         )
 

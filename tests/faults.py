@@ -170,19 +170,20 @@ def unix_socket_or_address(settings_dict: dict) -> str | tuple[str, int]:
 
 
 @contextmanager
-def dropped_packets(port: int):
-    """Every TCP packet to or from 127.0.0.1:`port` dropped while the block runs (established
-    connections stay open, new ones are never answered); the nftables table is deleted after it,
-    whatever happens."""
+def dropped_packets(*ports: int, address: str = "127.0.0.1"):
+    """Every TCP packet to or from `address` on any of `ports` dropped while the block runs
+    (established connections stay open, new ones are never answered); the nftables table is deleted
+    after it, whatever happens."""
     nft = shutil.which("nft")
     if nft is None:
         raise RuntimeError("nft is not installed (Debian package nftables)")
-    table = f"plantstore_test_drop_{port}"
+    table = f"plantstore_test_drop_{ports[0]}"
+    listed = ", ".join(str(port) for port in ports)
     rules = f"""table ip {table} {{
         chain output {{
             type filter hook output priority 0; policy accept;
-            ip daddr 127.0.0.1 tcp dport {port} drop
-            ip saddr 127.0.0.1 tcp sport {port} drop
+            ip daddr {address} tcp dport {{ {listed} }} drop
+            ip saddr {address} tcp sport {{ {listed} }} drop
         }}
     }}"""
     added = subprocess.run([nft, "-f", "-"], input=rules, text=True, capture_output=True, timeout=10)

@@ -283,9 +283,11 @@ def live_unit(log_dir: Path, **env: str) -> LiveUnit:
     return LiveUnit(f"127.0.0.1:{port}", live_env(**env), log=log_dir / f"unit-{port}.log", name=f"unit-{port}")
 
 
-def live_cluster(settings_dict: dict | None, work_dir: Path, database_url: str | None = None, **env: str) -> Cluster:
+def live_cluster(
+    settings_dict: dict | None, work_dir: Path, database_url: str | list[str] | None = None, **env: str
+) -> Cluster:
     """make cluster's topology (localcluster/cluster.py) with LIVE_SETTINGS, on `database_url` (such as a
-    FailoverDatabase's), or else through PgBouncer on the one database of `settings_dict`."""
+    FailoverDatabase's, or one per unit), or else through PgBouncer on the one database of `settings_dict`."""
     return Cluster(settings_dict, work_dir, database_url=database_url, **{**LIVE_SETTINGS, **env})
 
 

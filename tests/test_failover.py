@@ -21,7 +21,8 @@ import pytest
 import redis
 
 from deploy.processes import ROOT, wait_until
-from localcluster.database import PRIMARY_STATES, DataNode, FailoverDatabase
+from localcluster.cluster import BALANCER_ADDRESS
+from localcluster.database import ADDRESSES, PRIMARY_STATES, DataNode, FailoverDatabase
 from plants.timeouts import DEFAULT_DATABASE_TIMEOUT_S
 from plants.tokens import token_digest
 from tests.faults import dropped_packets
@@ -75,7 +76,9 @@ def free_shared_memory_of_lost_hosts(formation: FailoverDatabase) -> None:
 def cluster(database, tmp_path_factory):
     env = {**LIVE_SETTINGS, "PLANTS_THROTTLE_RATE": "100000/hour"}
     manage_on(database.url, "migrate", "--no-input", "-v", "0")
-    live = live_cluster(None, tmp_path_factory.mktemp("failover"), database_url=database.url, **env).start()
+    # Each unit reaches the database at an address of its own, as from a host of its own.
+    urls = [database.url_via(address) for address in ADDRESSES]
+    live = live_cluster(None, tmp_path_factory.mktemp("failover"), database_url=urls, **env).start()
     yield live
     live.stop()
 
@@ -427,3 +430,43 @@ def test_primary_database_port_dropped_for_20_s_under_load_answers_only_200_or_5
     assert len(late) >= 20 and set(late) == {200}
     healthy.wait_until_healthy(timeout=90)
     assert load.ids_with(200) <= stored_ids(healthy.primary())
+
+
+def test_one_app_server_cut_off_from_the_database_for_20_s_leaves_rotation_within_the_bound_and_the_other_serves(
+    healthy, cluster
+):
+    """Every packet between the second unit and the database (every node, at the address that unit
+    alone uses) is dropped for 20 s; the first unit, the standby and the monitor are untouched. HAProxy's
+    health checks of /healthz take the cut-off unit out of rotation within the bound, the other unit
+    answers every create sent after that with a 200, the cut-off unit's own requests end as 503 Error
+    bodies within the bound, and after the heal it is back in rotation and serves, never restarted."""
+    token = issue_token(healthy, "cut-off-client")
+    cut_off = cluster.units[1]
+    app_server = cut_off.app.process
+    answer_within = BOUND_SECONDS + 3
+    with Load(f"{cluster.url}/plants", token, clients=4, retry=True, first_id=700_000, timeout=answer_within) as load:
+        load.wait_for(40)
+        with dropped_packets(*(node.port for node in healthy.nodes), address=ADDRESSES[1]):
+            dropped_at = time.monotonic()
+            out = lambda: cluster.haproxy.server_stat(1)["status"].startswith("DOWN")  # noqa: E731
+            wait_until(out, None, BOUND_SECONDS, "the cut-off unit out of rotation")
+            out_after = time.monotonic() - dropped_at
+            time.sleep(max(0.0, dropped_at + PARTITION_SECONDS - time.monotonic()))
+        healed_at = time.monotonic()
+        back = lambda: cluster.haproxy.server_stat(1)["status"] == "UP"  # noqa: E731
+        wait_until(back, None, HEALED_SECONDS, "the cut-off unit back in rotation")
+        back_after = time.monotonic() - healed_at
+        time.sleep(2)
+    direct = request(f"{cut_off.url}/plants", {"id": 799_999, "name": "Rose"}, token, proxy=BALANCER_ADDRESS)
+
+    while_out = [status for _, status, _, _, sent in load.answers if dropped_at + out_after < sent < healed_at]
+    refused = [sent - dropped_at for _, status, _, _, sent in load.answers if status != 200]
+    log.info(
+        "cut off: out of rotation %.1f s after the drop, back %.1f s after the heal; %d answers while out, "
+        "%d answers not 200, sent %.1f s to %.1f s after the drop",
+        *(out_after, back_after, len(while_out), len(refused), min(refused, default=0), max(refused, default=0)),
+    )
+    assert_only_created_or_unavailable(load)
+    assert len(while_out) >= 20 and set(while_out) == {200}
+    assert direct[0] == 200 and cut_off.app.process is app_server and app_server.poll() is None
+    assert load.ids_with(200) | {799_999} <= stored_ids(healthy.primary())
