@@ -46,11 +46,15 @@ def pg_autoctl() -> str:
 
 
 class DataNode:
-    """One node (a data node, or the monitor): `pg_autoctl run` and its PostgreSQL, in one process group."""
+    """One node (a data node, or the monitor): `pg_autoctl run` and its PostgreSQL, in one process group.
 
-    def __init__(self, formation: "FailoverDatabase", name: str):
+    A data node's keeper reaches the monitor at `monitor_address`, its own, as from a host of its own:
+    a fault can cut one node's keeper off from the monitor and not the other's."""
+
+    def __init__(self, formation: "FailoverDatabase", name: str, monitor_address: str = "127.0.0.1"):
         self.formation = formation
         self.name = name
+        self.monitor_address = monitor_address
         self.port = free_port()
         self.pgdata = formation.work_dir / self.name
         self.log_path = formation.work_dir / f"{self.name}.log"
@@ -65,7 +69,7 @@ class DataNode:
             "create", "postgres", "--pgctl", str(self.formation.bin / "pg_ctl"), "--pgdata", str(self.pgdata),
             "--pgport", str(self.port), "--listen", ",".join(ADDRESSES), "--hostname", "127.0.0.1", "--name", self.name,
             "--auth", "trust", "--no-ssl", "--dbname", self.formation.database,
-            "--monitor", self.formation.monitor_url, "--run",
+            "--monitor", self.formation.monitor_url_via(self.monitor_address), "--run",
         )  # fmt: skip
 
     def start(self) -> None:
@@ -148,9 +152,12 @@ class FailoverDatabase:
         }
         self.monitor = DataNode(self, "monitor")
         self.monitor_error: psycopg.Error | None = None
-        self.monitor_url = f"postgres://autoctl_node@127.0.0.1:{self.monitor.port}/pg_auto_failover?sslmode=disable"
-        self.nodes = [DataNode(self, f"node{number}") for number in range(1, nodes + 1)]
+        self.monitor_url = self.monitor_url_via("127.0.0.1")
+        self.nodes = [DataNode(self, f"node{n}", monitor_address=f"127.0.0.{2 + n}") for n in range(1, nodes + 1)]
         self.url = self.url_via(ADDRESSES[0])
+
+    def monitor_url_via(self, address: str) -> str:
+        return f"postgres://autoctl_node@{address}:{self.monitor.port}/pg_auto_failover?sslmode=disable"
 
     def url_via(self, address: str) -> str:
         """The URL that follows the primary, reaching every node at `address` (one of ADDRESSES).
@@ -189,9 +196,13 @@ class FailoverDatabase:
         command += ["--pgdata", str(self.monitor.pgdata), "--pgport", str(self.monitor.port)]
         command += ["--hostname", "127.0.0.1", "--auth", "trust", "--no-ssl"]
         self.run(command)
-        # After pg_autoctl's own include, so that its timers and its listen address win.
+        # After pg_autoctl's own include, so that its timers and its listen addresses win.
+        addresses = ",".join(["127.0.0.1", *(node.monitor_address for node in self.nodes)])
         with (self.monitor.pgdata / "postgresql.conf").open("a") as conf:
             conf.write("\n" + (CONFIG / "failover-monitor.conf").read_text())
+            conf.write(
+                f"# The test's and each data node's keeper's (DataNode.monitor_address).\nlisten_addresses = '{addresses}'\n"
+            )
         self.monitor.start()
         wait_until(self.monitor_answers, self.monitor.process, 30, "the pg_auto_failover monitor")
 

@@ -170,20 +170,21 @@ def unix_socket_or_address(settings_dict: dict) -> str | tuple[str, int]:
 
 
 @contextmanager
-def dropped_packets(*ports: int, address: str = "127.0.0.1"):
-    """Every TCP packet to or from `address` on any of `ports` dropped while the block runs
-    (established connections stay open, new ones are never answered); the nftables table is deleted
-    after it, whatever happens."""
+def dropped_packets(*ports: int, address: str | None = None):
+    """Every TCP packet to or from any of `ports`, at `address` or at every loopback address, dropped
+    while the block runs (established connections stay open, new ones are never answered); the
+    nftables table is deleted after it, whatever happens."""
     nft = shutil.which("nft")
     if nft is None:
         raise RuntimeError("nft is not installed (Debian package nftables)")
     table = f"plantstore_test_drop_{ports[0]}"
     listed = ", ".join(str(port) for port in ports)
+    to, source = (f"ip daddr {address} ", f"ip saddr {address} ") if address else ("", "")
     rules = f"""table ip {table} {{
         chain output {{
             type filter hook output priority 0; policy accept;
-            ip daddr {address} tcp dport {{ {listed} }} drop
-            ip saddr {address} tcp sport {{ {listed} }} drop
+            {to}tcp dport {{ {listed} }} drop
+            {source}tcp sport {{ {listed} }} drop
         }}
     }}"""
     added = subprocess.run([nft, "-f", "-"], input=rules, text=True, capture_output=True, timeout=10)
