@@ -28,7 +28,7 @@ FLAMEGRAPH = ROOT / "bench" / "flamegraph.svg"
 # sample the part of its deepest such frame. Library frames below a part (psycopg under the token
 # lookup, say) are that part's cost.
 PARTS = [
-    (r"plants/authentication", "authentication: header, SHA-256, the token SELECT (ORM, psycopg, round trip)"),
+    (r"plants/authentication", "authentication: header, SHA-256, the token SELECT (a cursor, psycopg, round trip)"),
     (r"plant_create \(plants/services", "the INSERT (ORM, psycopg, round trip)"),
     (r"plants/(throttling|rate_stores)", "throttle: the count (the database's upsert, or Redis)"),
     (r"plants/metrics|prometheus_client/", "metrics (RequestMetricsMiddleware, counters)"),

@@ -376,6 +376,8 @@ def report(rounds: dict, latency: dict, peak_rss: dict) -> None:
         "Each throughput ratio is the median of "
         "the rounds' ratios: the machine is shared, so absolute figures drift between rounds, and a ratio "
         "taken within a round cancels most of that.",
+        f"**CPU per create ÷ the bare view's: {figures['service']['cpu_us'] / figures['bare']['cpu_us']:.2f} ×** "
+        f"({figures['service']['cpu_us']:.0f} against {figures['bare']['cpu_us']:.0f} µs, every process of the unit). "
         f"**SQL statements per authenticated create: {figures['service']['statements']:.2f}**, "
         "counted by PostgreSQL's pg_stat_statements, transaction statements included: the token lookup, the "
         "rate-limit count and the INSERT.",
