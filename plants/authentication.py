@@ -59,7 +59,7 @@ def token_for(secret: str) -> ApiToken | None:
 
     One SELECT on a cursor, its row made an ApiToken by `Model.from_db` (the other fields deferred,
     as `only()` defers them): the ORM's `only(...).get(...)` builds and compiles the same query on
-    every request, about a third of an API request's CPU (docs/decisions/hot-path.md).
+    every request, a quarter of a create's CPU before it left the ORM (docs/decisions/hot-path.md).
     """
     if len(secret) > MAX_TOKEN_LENGTH:  # longer than any token issued: not worth hashing
         return None
