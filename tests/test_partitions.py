@@ -27,7 +27,10 @@ from tests.failover import (  # noqa: F401 (the fixtures)
 from tests.faults import dropped_packets
 from tests.live import Load, request
 
-pytestmark = [pytest.mark.postgres, pytest.mark.live]
+# Alone: each runs a formation and a cluster under load through a 20 s partition; beside
+# tests/test_failover.py's formation on the same 2 cores, the monitor's decisions there came too late
+# for that module's bounds (a commit kept waiting for a lost standby past 5 s).
+pytestmark = [pytest.mark.postgres, pytest.mark.live, pytest.mark.alone]
 log = logging.getLogger(__name__)  # the times measured: pytest --log-cli-level=INFO
 
 # How long the primary's database port stays unreachable, and the bound on 200s after the heal: a
