@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -41,6 +42,7 @@ UNAVAILABLE = [
     {"error": 50300, "message": "The service cannot reach its database; retry later."},
     {"error": 50300, "message": "No app server could answer; retry later."},
 ]
+STORE_UNAVAILABLE = {"error": 50300, "message": "The service cannot reach its rate-limit store; retry later."}
 
 
 @pytest.fixture(scope="module")
@@ -131,10 +133,20 @@ def test_throttle_quota_is_exact_across_servers(cluster, token):
     if seconds_into_hour > 3600 - 30:  # keep the burst inside one fixed window
         time.sleep(3600 - seconds_into_hour + 1)
 
-    statuses = [status for status, _ in create_many(cluster.url, token, range(QUOTA + 30), "Rose", threads=8)]
+    answers = create_many(cluster.url, token, range(QUOTA + 30), "Rose", threads=8)
 
-    assert (statuses.count(200), statuses.count(429)) == (QUOTA, 30)
-    assert Plant.objects.count() == QUOTA
+    # On a loaded machine a request can fail before it is counted (HAProxy finding no app server
+    # healthy for a moment, the token's read timing out): a few such 503 Error bodies are allowed, and
+    # each may leave its place in the quota to a later request or not. Anything else fails the test,
+    # and so does one 200 past the quota.
+    statuses = Counter(status for status, _ in answers)
+    unavailable = [text for status, text in answers if status == 503]
+    assert len(unavailable) <= 3 and all(json.loads(t) in [*UNAVAILABLE, STORE_UNAVAILABLE] for t in unavailable), (
+        unavailable
+    )
+    assert set(statuses) <= {200, 429, 503}, statuses
+    assert QUOTA - len(unavailable) <= statuses[200] <= QUOTA, statuses
+    assert statuses[200] <= Plant.objects.count() <= QUOTA
 
 
 def test_app_server_killed_mid_load_loses_no_acknowledged_create(cluster, token):
