@@ -11,7 +11,7 @@ from rest_framework.authentication import BaseAuthentication, get_authorization_
 from plants import metrics
 from plants.authentication_limit import authenticated, authentication_failed, refuse_if_over_limit
 from plants.exceptions import InvalidToken, MalformedCredentials
-from plants.models import AUTHENTICATION_FIELDS, ApiToken, TokenStatus
+from plants.models import AUTHENTICATION_FIELDS, ApiToken, TokenStatus, quoted_names
 from plants.tokens import MAX_TOKEN_LENGTH, token_digest
 
 # last_used_at is written at most this often per token, so the hot path stays one SELECT and the INSERT.
@@ -78,16 +78,13 @@ TOKEN_COLUMNS = ["id", *AUTHENTICATION_FIELDS]
 @functools.cache
 def token_sql(vendor: str) -> str:
     """The token's SELECT on this kind of database, with the table's and columns' names from the model, quoted."""
-    quote, field = connection.ops.quote_name, ApiToken._meta.get_field
-    columns = ", ".join(quote(field(name).column) for name in TOKEN_COLUMNS)
-    return f"SELECT {columns} FROM {quote(ApiToken._meta.db_table)} WHERE {quote(field('digest').column)} = %s"
+    table, digest, *columns = quoted_names(ApiToken, "digest", *TOKEN_COLUMNS)
+    return f"SELECT {', '.join(columns)} FROM {table} WHERE {digest} = %s"
 
 
 def aware(value):
     """A datetime as the ORM gives it: SQLite's cursor hands back the stored UTC time without its zone."""
-    if isinstance(value, datetime) and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value
+    return timezone.make_aware(value, UTC) if isinstance(value, datetime) and timezone.is_naive(value) else value
 
 
 class BearerTokenAuthentication(BaseAuthentication):

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.core.cache import caches
 from django.db import connection
 
-from plants.models import RateLimitCounter
+from plants.models import RateLimitCounter, quoted_names
 
 # The cache alias the settings define when REDIS_URL is set.
 RATE_LIMIT_CACHE = "rate_limits"
@@ -65,9 +65,7 @@ def upsert_sql(vendor: str) -> str:
     The row starts afresh for a newer window, and for an older one more than a window back (a clock
     that went back); a request of the window just before the row's counts in the row's.
     """
-    quote, field = connection.ops.quote_name, RateLimitCounter._meta.get_field
-    table = quote(RateLimitCounter._meta.db_table)
-    key, start, count = (quote(field(name).column) for name in ("key", "window_start", "count"))
+    table, key, start, count = quoted_names(RateLimitCounter, "key", "window_start", "count")
     fresh = f"(excluded.{start} > {table}.{start} OR excluded.{start} < {table}.{start} - %s)"
     return (
         f"INSERT INTO {table} ({key}, {start}, {count}) VALUES (%s, %s, 1) ON CONFLICT ({key}) DO UPDATE SET "
