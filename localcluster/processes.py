@@ -47,6 +47,15 @@ def accepts_connections(port: int, host: str = "127.0.0.1") -> bool:
         return False
 
 
+def command_line(pid: int) -> bytes:
+    """A process's command line (arguments joined by NUL bytes), or b"" once it has exited: a process
+    found among another's children may be gone by the time it is read."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return b""
+
+
 def descendants(pid: int) -> list[int]:
     """Every process `pid` started, however deep, that is still there: parents before their children."""
     found, pending = [], children(pid)
@@ -96,14 +105,11 @@ class LocalUnit(Unit):
 
     def worker_pids(self) -> list[int]:
         """The app server's worker processes (a resource tracker is not one)."""
-        workers = []
-        for pid in children(self.app.process.pid):
-            try:
-                if b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    workers.append(pid)
-            except FileNotFoundError:
-                continue
-        return workers
+        return [
+            pid
+            for pid in children(self.app.process.pid)
+            if (cmdline := command_line(pid)) and b"resource_tracker" not in cmdline
+        ]
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""

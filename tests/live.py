@@ -26,7 +26,7 @@ from urllib.parse import quote, urlencode
 
 from deploy.processes import ROOT, children, http_status, render, stop_process, wait_until
 from localcluster.cluster import BALANCER_ADDRESS, CONFIG, Cluster
-from localcluster.processes import LocalUnit, descendants, free_port
+from localcluster.processes import LocalUnit, command_line, descendants, free_port
 
 
 def database_url(settings_dict: dict) -> str:
@@ -430,7 +430,7 @@ class MakeServe:
 
     def pid_of(self, name: bytes) -> int:
         """The first of make serve's processes whose command line contains `name`."""
-        return next(pid for pid in self.descendants() if name in Path(f"/proc/{pid}/cmdline").read_bytes())
+        return next(pid for pid in self.descendants() if name in command_line(pid))
 
     def unit_folder(self) -> Path:
         """The unit's temp folder, named in nginx's command line (-p)."""

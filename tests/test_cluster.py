@@ -12,14 +12,13 @@ import sys
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 from django.db import connection
 
 from deploy.processes import ROOT, wait_until
 from localcluster.cluster import Cluster
-from localcluster.processes import descendants, free_port
+from localcluster.processes import command_line, descendants, free_port
 from plants.models import Plant
 from tests.live import (
     DEPLOYED_SETTINGS,
@@ -218,11 +217,7 @@ def test_make_cluster_restarts_on_sighup_and_stops_on_sigterm_leaving_nothing_ru
         assert wait_until_healthy(f"http://127.0.0.1:{port}", make, timeout=120), log.read_text()
         processes = descendants(make.pid)
         # The Python process running `python -m localcluster` (not scripts/with-postgres, which names it too).
-        script = next(
-            pid
-            for pid in processes
-            if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1:3] == [b"-m", b"localcluster"]
-        )
+        script = next(pid for pid in processes if command_line(pid).split(b"\0")[1:3] == [b"-m", b"localcluster"])
 
         os.kill(script, signal.SIGHUP)
         deadline = time.monotonic() + 120

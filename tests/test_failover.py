@@ -16,7 +16,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -24,7 +23,7 @@ import redis
 
 from deploy.processes import ROOT, wait_until
 from localcluster.database import PRIMARY_STATES, DataNode, FailoverDatabase
-from localcluster.processes import descendants
+from localcluster.processes import command_line, descendants
 from plants.tokens import token_digest
 from tests.failover import (  # noqa: F401 (the fixtures)
     BOUND_SECONDS,
@@ -227,9 +226,7 @@ def test_switchover_with_the_old_primarys_keeper_stalled_serves_two_primaries_an
     token = issue_token(healthy, "stalled-keeper-client")
     old_primary = healthy.primary()
     keeper = [old_primary.process.pid] + [
-        pid
-        for pid in descendants(old_primary.process.pid)
-        if b"pg_autoctl" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        pid for pid in descendants(old_primary.process.pid) if b"pg_autoctl" in command_line(pid)
     ]
     # A create the old primary takes waits until its keeper resumes and stops it: answered 503 then.
     answer_within = STALLED_KEEPER_SECONDS + BOUND_SECONDS

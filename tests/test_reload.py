@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from deploy.processes import ROOT, children, wait_until
-from localcluster.processes import free_port
+from localcluster.processes import command_line, free_port
 from tests.live import (
     LIVE_SETTINGS,
     PUBLIC_HOST,
@@ -226,9 +226,7 @@ def test_a_reload_nginx_refuses_the_config_of_leaves_the_running_version_serving
             unit.reload()
         liveness = request(f"{unit.url}/livez")
         state = (unit.app.process.pid, children(nginx), sorted(path.name for path in unit.run_dir.glob("*.sock")))
-        app_servers = [
-            pid for pid in children(os.getpid()) if b"bin/granian" in Path(f"/proc/{pid}/cmdline").read_bytes()
-        ]
+        app_servers = [pid for pid in children(os.getpid()) if b"bin/granian" in command_line(pid)]
     finally:
         unit.stop()
 

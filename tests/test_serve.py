@@ -13,6 +13,7 @@ import pytest
 
 from deploy.processes import wait_until
 from localcluster.cluster import Redis
+from localcluster.processes import command_line
 from tests.live import (
     DEPLOYED_SETTINGS,
     PUBLIC_HOST,
@@ -145,9 +146,7 @@ def test_the_admin_and_the_metrics_are_served_only_to_the_clients_listed_for_eac
 
 
 def test_only_nginx_s_workers_may_open_the_app_server_s_socket(served):
-    nginx_worker = next(
-        pid for pid in served.descendants() if b"nginx: worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    )
+    nginx_worker = next(pid for pid in served.descendants() if b"nginx: worker" in command_line(pid))
     uid, gid = (
         int(line.split()[1])
         for line in Path(f"/proc/{nginx_worker}/status").read_text().splitlines()

@@ -21,7 +21,7 @@ import pytest
 
 from deploy.processes import ROOT, children, http_status, wait_until
 from localcluster.cluster import Redis
-from localcluster.processes import descendants, free_port
+from localcluster.processes import command_line, descendants, free_port
 from tests.live import (
     DEPLOYED_SETTINGS,
     PUBLIC_HOST,
@@ -345,13 +345,6 @@ class InstalledService:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
-
-
-def command_line(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except FileNotFoundError:
-        return b""
 
 
 def privileges(pid: int) -> dict[str, str]:
