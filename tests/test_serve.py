@@ -2,11 +2,13 @@
 the app server), debug off; who may reach what; a dependency down at its start. Its reloads:
 tests/test_reload.py; its stops: tests/test_stop.py."""
 
+import gzip
 import http.client
 import json
 import os
 import signal
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -16,10 +18,13 @@ from localcluster.cluster import Redis
 from localcluster.processes import command_line
 from tests.live import (
     DEPLOYED_SETTINGS,
+    PROXY_HEADERS,
     PUBLIC_HOST,
+    TLS_PROXY_ADDRESS,
     Load,
     MakeServe,
     ProxiedConnection,
+    opener,
     request,
 )
 
@@ -27,13 +32,38 @@ from tests.live import (
 pytestmark = [pytest.mark.live, pytest.mark.own_database]
 
 
-def test_make_serve_migrates_collects_static_and_serves_through_nginx_with_one_log_line_each(served):
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """One `make serve` for this module's tests that only read from it (conftest.py's is one per test)."""
+    server = MakeServe(tmp_path_factory.mktemp("served")).start()
+    yield server
+    server.stop()
+
+
+def static_file(url: str, accept_encoding: str = "identity") -> tuple[int, str | None, bytes]:
+    """(status, Content-Encoding, body as sent) of a static file, for a browser that accepts `accept_encoding`."""
+    headers = {**PROXY_HEADERS, "Accept-Encoding": accept_encoding}
+    with opener(TLS_PROXY_ADDRESS).open(urllib.request.Request(url, headers=headers), timeout=10) as response:
+        return response.status, response.headers["Content-Encoding"], response.read()
+
+
+def test_make_serve_migrates_collects_static_gzipped_but_source_maps_and_serves_through_nginx_with_one_log_line_each(
+    served,
+):
     health = request(f"{served.url}/healthz")
     admin_css = request(f"{served.url}/static/admin/css/base.css")
+    css, gzipped_css = (
+        static_file(f"{served.url}/static/admin/css/base.css", accept) for accept in ("identity", "gzip")
+    )
+    source_map = static_file(
+        f"{served.url}/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js.map", "gzip"
+    )
     unknown = request(f"{served.url}/no-such-page")
 
     assert (health[0], health[2], health[1]["Server"]) == (200, '{"status": "ok"}', "nginx")
     assert (admin_css[0], admin_css[1]["Content-Type"].split(";")[0]) == (200, "text/css")
+    assert (css[:2], gzipped_css[:2], gzip.decompress(gzipped_css[2]) == css[2]) == ((200, None), (200, "gzip"), True)
+    assert (source_map[:2], json.loads(source_map[2])["version"]) == ((200, None), 3)
     assert (unknown[0], unknown[1]["Content-Type"]) == (404, "application/json")
     time.sleep(0.5)
     output = served.log()
