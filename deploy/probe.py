@@ -9,7 +9,7 @@ any other Host with a 400: so every probe names the first allowed host (docs/dec
 import os
 import sys
 
-from deploy.processes import http_status
+from deploy.processes import http_status, read_env_file
 
 
 def probe_host(allowed_hosts: str) -> str:
@@ -19,6 +19,7 @@ def probe_host(allowed_hosts: str) -> str:
 
 
 if __name__ == "__main__":
+    read_env_file()
     path = sys.argv[1] if len(sys.argv) > 1 else "/healthz"
     port = os.environ.get("PLANTS_LISTEN", "127.0.0.1:8000").rpartition(":")[2]
     host = probe_host(os.environ.get("DJANGO_ALLOWED_HOSTS", ""))

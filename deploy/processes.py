@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from string import Template
 
+import environ
+
 # The checkout by the path it was configured by, not resolved: $PWD when it names it (as a shell,
 # make and the systemd unit set it). Servers start from there, so a release switched by a symlink
 # is what the next app server (a reload) runs.
@@ -18,6 +20,14 @@ _HERE = Path(os.path.abspath(__file__)).parent.parent
 _PWD = os.environ.get("PWD", "")
 ROOT = Path(_PWD) if os.path.isabs(_PWD) and os.path.isdir(_PWD) and os.path.samefile(_PWD, _HERE) else _HERE
 BIN = Path(sys.executable).parent  # the venv's scripts (granian…), by the configured path too
+
+
+def read_env_file() -> None:
+    """The lines of the file DJANGO_ENV_FILE names into this process's environment, below what is set
+    already, as the settings read them: the unit's own settings (PLANTS_LISTEN, DJANGO_ALLOWED_HOSTS
+    for its probes, PLANTS_TRUSTED_PROXIES, ...) may be there too."""
+    if env_file := os.environ.get("DJANGO_ENV_FILE"):
+        environ.Env.read_env(env_file)
 
 
 class ConfigTemplate(Template):

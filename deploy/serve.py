@@ -12,10 +12,12 @@ import socket
 import sys
 import time
 
+from deploy.processes import read_env_file
 from deploy.unit import Unit
 
 
 def main() -> int:
+    read_env_file()
     on_terminal = os.isatty(sys.stderr.fileno())
 
     def terminal_gone() -> bool:

@@ -7,13 +7,15 @@ import http.client
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from deploy.processes import wait_until
+from deploy.processes import ROOT, wait_until
 from localcluster.cluster import Redis
 from localcluster.processes import command_line
 from tests.live import (
@@ -109,6 +111,28 @@ def test_with_env_example_s_settings_it_is_ready_serves_the_tls_proxy_s_requests
     assert (redirected.status, redirected.getheader("Location")) == (301, f"https://{PUBLIC_HOST}/openapi.json")
     assert [status for _, status, *_ in load.answers] == [200] * 200
     assert server.stored_ids() == {1, *range(100, 300)}
+
+
+def test_the_unit_s_own_settings_given_only_in_django_env_file_reach_its_listener_probes_and_nginx(tmp_path):
+    # The listener, the host the probes name and the proxy nginx believes, in the file alone.
+    server = MakeServe(tmp_path)
+    in_the_file = ("PLANTS_LISTEN", "PORT", "DJANGO_ALLOWED_HOSTS", "PLANTS_TRUSTED_PROXIES", "DJANGO_SECRET_KEY")
+    env_file = tmp_path / "plantstore.env"
+    env_file.write_text("".join(f"{name}={server.env.pop(name)}\n" for name in in_the_file))
+    server.env["DJANGO_ENV_FILE"] = str(env_file)
+    server.start()
+    try:
+        # Through the TLS proxy: believed only if nginx trusts it, else redirected to HTTPS (301).
+        created = request(f"{server.url}/plants", {"id": 1, "name": "Monstera"}, server.token())
+        # The image's HEALTHCHECK, run with the same environment.
+        probe = subprocess.run([sys.executable, "-m", "deploy.probe", "/livez"], cwd=ROOT, env=server.env)
+    finally:
+        server.stop()
+
+    assert "serve: nginx on" in server.log()  # ready: its probe named the file's host
+    assert probe.returncode == 0
+    assert (created[0], json.loads(created[2])) == (200, {"id": 1, "name": "Monstera"})
+    assert server.stored_ids() == {1}
 
 
 STORE_DOWN = '{"error": 50300, "message": "The rate-limit store does not answer."}'
