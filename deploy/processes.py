@@ -6,7 +6,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from string import Template
@@ -117,55 +116,29 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def relay(pipe: int, destination: int) -> None:
-    """Copy what is written into `pipe` to `destination` from a thread, a whole read (whole lines) at a time."""
-
-    def copy() -> None:
-        with open(pipe, "rb", buffering=0) as source:
-            while chunk := source.read(65536):
-                try:
-                    while chunk:
-                        chunk = chunk[os.write(destination, chunk) :]
-                except OSError:  # the destination has gone (a closed terminal): drain on, or the writer blocks
-                    pass
-
-    threading.Thread(target=copy, daemon=True).start()
-
-
 class ServerProcess:
     """A server's process, its output appended to `log`, else this process's own. `supervised`: it
     gets SIGTERM when the thread that started it dies (setpriv --pdeathsig), so a supervisor killed
-    with SIGKILL leaves no server behind. `reopens_stdout`: it opens its stdout again by path (nginx's
-    `access_log /dev/stdout`), which fails on a socket (the journal), so it gets a pipe, relayed."""
+    with SIGKILL leaves no server behind."""
 
-    def __init__(self, name, command, env, log=None, supervised=False, reopens_stdout=False):
-        self.name, self.command, self.env, self.log_path = name, command, env, log
-        self.supervised, self.reopens_stdout = supervised, reopens_stdout
+    def __init__(self, name, command, env, log=None, supervised=False):
+        self.name, self.command, self.env, self.log_path, self.supervised = name, command, env, log, supervised
         self.process: subprocess.Popen | None = None
 
     def launch(self) -> subprocess.Popen:
         output = self.log_path.open("ab") if self.log_path else None
-        relayed, stdout = os.pipe() if output is None and self.reopens_stdout else (None, output)
         try:
             self.process = subprocess.Popen(
                 ["setpriv", "--pdeathsig", "TERM", *self.command] if self.supervised else self.command,
                 cwd=ROOT,
                 env=self.env,
-                stdout=stdout,
+                stdout=output,
                 stderr=subprocess.STDOUT if output else None,
                 process_group=0,  # a terminal's Ctrl-C or hang-up reaches the supervisor alone, which decides
             )
-        except BaseException:
-            if relayed is not None:
-                os.close(relayed)
-            raise
         finally:
             if output:
                 output.close()
-            if relayed is not None:
-                os.close(stdout)  # the server holds the write end now
-        if relayed is not None:
-            relay(relayed, sys.stdout.fileno())
         return self.process
 
     def running(self) -> bool:

@@ -48,8 +48,8 @@ def client_rule(clients: list[str]) -> str:
 def render_nginx_conf(
     run_dir, upstream, listen, env, name="nginx.conf", upstream_idle_s=UPSTREAM_IDLE_S, read_timeout_s=READ_TIMEOUT_S
 ):
-    """deploy/nginx.conf as `name` in `run_dir`: nginx on `listen` in front of `upstream`, with the
-    settings of `env` it reads (PLANTS_TRUSTED_PROXIES, PLANTS_ADMIN_CLIENTS, PLANTS_METRICS_CLIENTS)."""
+    """deploy/nginx.conf as `name` in `run_dir`: nginx on `listen` in front of `upstream`, with the settings
+    of `env` it reads (PLANTS_TRUSTED_PROXIES, PLANTS_ADMIN_CLIENTS, PLANTS_METRICS_CLIENTS, PLANTS_ACCESS_LOG)."""
     proxies = networks(env, "PLANTS_TRUSTED_PROXIES")
     return render(
         ROOT / "deploy" / "nginx.conf",
@@ -66,6 +66,7 @@ def render_nginx_conf(
         TRUSTED_PROXIES="".join(f" {proxy} 1;" for proxy in proxies),
         ADMIN_CLIENTS=client_rule(networks(env, "PLANTS_ADMIN_CLIENTS")),
         METRICS_CLIENTS=client_rule(networks(env, "PLANTS_METRICS_CLIENTS")),
+        ACCESS_LOG=env.get("PLANTS_ACCESS_LOG") or "/dev/stdout",
     )
 
 
@@ -108,7 +109,7 @@ class Unit:
             stale.unlink()
         self.app = self.launch_app()
         command = nginx_command(self.run_dir, self.nginx_conf())
-        self.nginx = ServerProcess("nginx", command, dict(os.environ), self.log_path, self.supervised, True)
+        self.nginx = ServerProcess("nginx", command, dict(os.environ), self.log_path, self.supervised)
         self.nginx.launch()
 
     def nginx_conf(self, name: str = "nginx.conf") -> Path:

@@ -14,6 +14,7 @@ import socket
 import struct
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -39,6 +40,7 @@ VENV = "/opt/plantstore/.venv"
 ENVIRONMENT_FILE = "/etc/plantstore/plantstore.env"
 RUNTIME_DIRECTORY = "/run/plantstore"
 STATE_DIRECTORY = "/var/lib/plantstore"
+JOURNAL_SYSLOG = "/run/systemd/journal/dev-log"  # journald's syslog socket
 # The PATH systemd 252 gives a system service.
 SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The unit's user, plantstore, is not made on a test machine: nobody, as unprivileged, stands in.
@@ -171,8 +173,14 @@ class InstalledService:
             ENVIRONMENT_FILE: str(env_file),
             RUNTIME_DIRECTORY: str(self.runtime_dir),
             STATE_DIRECTORY: str(self.state_dir),
+            JOURNAL_SYSLOG: str(work_dir / "dev-log"),
         }
         self.settings = service_settings(installed(UNIT_FILE.read_text(), paths))
+        # journald's syslog socket: what the unit's processes send there.
+        self.syslog = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.syslog.bind(paths[JOURNAL_SYSLOG])
+        os.chmod(paths[JOURNAL_SYSLOG], 0o666)
+        self.syslog_messages: list[str] = []
         self.python = venv / "bin" / "python"
         self.log_path = work_dir / "service.log"
         self.process: subprocess.Popen | None = None
@@ -267,21 +275,35 @@ class InstalledService:
         return self.run([str(self.python), "manage.py", "token", "issue", "systemd-client"]).strip()
 
     def start(self) -> "InstalledService":
-        """Start ExecStart; started when it says READY=1 (Type=notify), as systemd waits for it."""
+        """Start ExecStart; started when it says READY=1 (Type=notify), as systemd waits for it. Its
+        output goes to a stream socket, as to the journal's, copied to the log from there."""
         [exec_start] = self.settings["ExecStart"]
         umask = int(self.settings["UMask"][0], 8)
         self.notifications = []
-        with self.log_path.open("ab") as output:
+        journal, output = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        stream = os.fstat(output.fileno())
+        with output:
             self.process = subprocess.Popen(
                 [*self.sandbox(), *self.as_user(shlex.split(exec_start))],
                 cwd=self.settings["WorkingDirectory"][0],
-                env={**self.environment(), "NOTIFY_SOCKET": str(self.notify_path)},
+                env={
+                    **self.environment(),
+                    "NOTIFY_SOCKET": str(self.notify_path),
+                    "JOURNAL_STREAM": f"{stream.st_dev}:{stream.st_ino}",
+                },
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 preexec_fn=lambda: os.umask(umask),
             )
+
+        def copy_to_log() -> None:
+            with journal, self.log_path.open("ab", buffering=0) as log:
+                while chunk := journal.recv(65536):
+                    log.write(chunk)
+
+        threading.Thread(target=copy_to_log, daemon=True).start()
         try:
             wait_until(lambda: self.received("READY=1"), self.process, 60, "READY=1")
         except RuntimeError as error:
@@ -303,6 +325,15 @@ class InstalledService:
         except (TimeoutError, BlockingIOError):
             pass
         return any(line == state for _, sent in self.notifications for line in sent.splitlines())
+
+    def syslog_received(self) -> list[str]:
+        """The messages sent to the journal's syslog socket so far."""
+        self.syslog.settimeout(0)
+        try:
+            while True:
+                self.syslog_messages.append(self.syslog.recv(65536).decode())
+        except BlockingIOError:
+            return self.syslog_messages
 
     def reload(self) -> None:
         [exec_reload] = self.settings["ExecReload"]
@@ -373,6 +404,7 @@ def service(operator_venv):
             installed_service.stop()
         if installed_service:
             installed_service.notify.close()
+            installed_service.syslog.close()
         subprocess.run(["umount", str(install)], check=False)
         if not os.path.ismount(install):  # never remove the checkout through its mount
             shutil.rmtree(work_dir, ignore_errors=True)
@@ -396,6 +428,15 @@ def test_its_command_serves_as_an_unprivileged_user_reloads_without_a_failed_req
         '{"id":-1,"name":"Monstera"}',
     )
     assert len(processes) >= 6, service.log()  # serve.py, nginx's master and worker, the app's master and 2 workers
+    # A refusal nginx answers itself is logged by nginx alone, to the journal's syslog socket: its
+    # output, a socket as the journal's is, cannot be opened again by path.
+    traced = request(f"{service.url}/plants", method="TRACE")
+    wait_until(lambda: any('"TRACE"' in line for line in service.syslog_received()), service.process, 5, "nginx's line")
+    [edge_line] = [line for line in service.syslog_received() if '"TRACE"' in line]
+    assert (traced[0], re.sub(r"^<\d+>\w{3} [ \d]\d \d\d:\d\d:\d\d ", "", edge_line).split('"duration_s"')[0]) == (
+        405,
+        'nginx: {"edge": true, "method": "TRACE", "path": "/plants", "status": 405, ',
+    )
     assert {pid: privileges(pid) for pid in processes} == {
         pid: {"Uid": f"{uid}\t{uid}\t{uid}\t{uid}", "CapEff": "0000000000000000", "NoNewPrivs": "1"}
         for pid in processes
