@@ -13,11 +13,17 @@ DJANGO_PEERS_BIN = ROOT / ".venv" / "django-peers" / "bin"
 PEER_WORKERS = 2
 
 
+def serving(module: str, env: dict, bin_dir: Path | None = None) -> list[str]:
+    """Granian as production runs it (deploy/app_server.py), serving `module`, from `bin_dir`'s venv if given."""
+    program, *options, _ = granian_command(env)
+    return [str(bin_dir / "granian") if bin_dir else program, *options, module]
+
+
 def unit(name: str, log_dir: Path, app_command: list[str] | None = None, **env: str) -> LocalUnit:
     """A unit on a free loopback port, its log in `log_dir`; Granian as production runs it unless `app_command`."""
     port = free_port()
     settings = {**os.environ, **env}
-    command = app_command or granian_command(settings, "bench.wsgi:application")
+    command = app_command or serving("bench.wsgi:application", settings)
     return LocalUnit(f"127.0.0.1:{port}", settings, command, log_dir / f"{name}-{port}.log", name=name)
 
 
@@ -32,7 +38,7 @@ def django_peer(peer: str, log_dir: Path, equal_work: bool = False, **env: str) 
     named `<peer>+`."""
     settings = {**os.environ, **env, "DJANGO_SETTINGS_MODULE": f"bench.peers.{peer}_peer.settings"}
     settings["PEER_EQUAL_WORK"] = "1" if equal_work else ""
-    command = granian_command(settings, f"bench.peers.{peer}_peer.wsgi:application", bin_dir=DJANGO_PEERS_BIN)
+    command = serving(f"bench.peers.{peer}_peer.wsgi:application", settings, DJANGO_PEERS_BIN)
     return unit(f"{peer}+" if equal_work else peer, log_dir, command, **settings)
 
 

@@ -44,7 +44,7 @@ def main() -> int:
     token = prepare("soak")
     # The limit stays on, as production runs it, at a rate the load never reaches.
     settings = {**ENV, "DJANGO_SETTINGS_MODULE": "plantstore_site.settings"}
-    command = granian_command(settings, "plantstore_site.wsgi:application")
+    command = granian_command(settings)
     unit = bench_unit("soak", LOG_DIR, command, **settings).start()
     print(f"soak: {MINUTES} minutes at {RATE:.0f} creates/s; the service's log: {unit.log_path}", flush=True)
     samples = []

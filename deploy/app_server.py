@@ -5,7 +5,6 @@ the requests in flight, then exits; a worker that dies is started again.
 """
 
 import os
-from pathlib import Path
 
 from deploy.processes import BIN
 
@@ -32,11 +31,12 @@ def setting(env: dict, name: str) -> int:
         raise SystemExit(f"{name} must be a whole number, not {value!r}") from None
 
 
-def granian_command(env: dict, module="plantstore_site.wsgi:application", workers=None, threads=None, bin_dir=BIN):
-    """Granian (from the venv `bin_dir`) serving `module` on `{socket}` as production runs it."""
-    workers, threads = workers or setting(env, "APP_PROCESSES"), threads or setting(env, "APP_THREADS")
+def granian_command(env: dict) -> list[str]:
+    """Granian (from the venv) serving the service on `{socket}` as production runs it: the program
+    first, the WSGI application last."""
+    workers, threads = setting(env, "APP_PROCESSES"), setting(env, "APP_THREADS")
     return [
-        str(Path(bin_dir) / "granian"),
+        str(BIN / "granian"),
         *("--interface=wsgi", "--http=1", "--no-ws", "--uds={socket}", "--uds-permissions=0o600"),
         f"--workers={workers}",
         f"--blocking-threads={threads}",
@@ -45,5 +45,5 @@ def granian_command(env: dict, module="plantstore_site.wsgi:application", worker
         "--respawn-failed-workers",
         f"--workers-kill-timeout={WORKER_STOP_S}",
         "--no-access-log",  # the app writes one line per request (plants.requests)
-        module,
+        "plantstore_site.wsgi:application",
     ]

@@ -45,9 +45,7 @@ def client_rule(clients: list[str]) -> str:
     return "".join(f" allow {client};" for client in clients) + (" deny all;" if clients else "")
 
 
-def render_nginx_conf(
-    run_dir, upstream, listen, env, name="nginx.conf", upstream_idle_s=UPSTREAM_IDLE_S, read_timeout_s=READ_TIMEOUT_S
-):
+def render_nginx_conf(run_dir, upstream, listen, env, name="nginx.conf", read_timeout_s=READ_TIMEOUT_S):
     """deploy/nginx.conf as `name` in `run_dir`: nginx on `listen` in front of `upstream`, with the settings
     of `env` it reads (PLANTS_TRUSTED_PROXIES, PLANTS_ADMIN_CLIENTS, PLANTS_METRICS_CLIENTS, PLANTS_ACCESS_LOG)."""
     proxies = networks(env, "PLANTS_TRUSTED_PROXIES")
@@ -59,7 +57,7 @@ def render_nginx_conf(
         LISTEN=listen,
         RUN_DIR=str(run_dir),
         UPSTREAM=upstream,
-        UPSTREAM_IDLE=f"{upstream_idle_s}s",
+        UPSTREAM_IDLE=f"{UPSTREAM_IDLE_S}s",
         READ_TIMEOUT=f"{read_timeout_s}s",
         WORKER_SHUTDOWN=f"{NGINX_SHUTDOWN_S}s",
         REAL_IP="".join(f" set_real_ip_from {proxy};" for proxy in proxies),
@@ -75,13 +73,13 @@ def nginx_command(run_dir: Path, conf: Path) -> list[str]:
 
 
 class Unit:
-    """nginx on `listen` (host:port) in front of the app server (`app_command`, default Granian as
+    """nginx on `listen` (host:port) in front of the app server (`app_command`: Granian as
     deploy/app_server.py runs it; `{socket}` names its socket) in the unit's own temp folder.
     `env` is the app server's environment; output goes to `log`, else this process's."""
 
-    def __init__(self, listen: str, env: dict, app_command=None, log=None, supervised=False, name="unit"):
+    def __init__(self, listen: str, env: dict, log=None, supervised=False, name="unit"):
         self.listen, self.env, self.log_path, self.supervised, self.name = listen, env, log, supervised, name
-        self.app_command = app_command or granian_command(env)
+        self.app_command = granian_command(env)
         self.probe_host = probe_host(env.get("DJANGO_ALLOWED_HOSTS", ""))  # one the app allows (deploy/probe.py)
         host, _, port = listen.rpartition(":")
         self.port = int(port)

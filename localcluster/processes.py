@@ -83,7 +83,11 @@ class ServerProcess(processes.ServerProcess):
 
 class LocalUnit(Unit):
     """A production unit with what the tests and the bench observe: its log, its processes, and
-    kill(), a host dying."""
+    kill(), a host dying; and, for the bench's peers, another app server (`app_command`)."""
+
+    def __init__(self, listen: str, env: dict, app_command=None, log=None, supervised=False, name="unit"):
+        super().__init__(listen, env, log, supervised, name)
+        self.app_command = app_command or self.app_command
 
     def wait_ready(self, timeout: float = 60) -> None:
         try:

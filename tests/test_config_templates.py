@@ -4,6 +4,7 @@ import re
 
 import pytest
 
+from deploy import unit as deploy_unit
 from deploy.processes import ROOT, render
 from deploy.unit import render_nginx_conf
 
@@ -34,10 +35,9 @@ def test_a_placeholder_missing_or_misspelt_on_either_side_is_an_error(tmp_path, 
         render(template, tmp_path / "out.conf", **values)
 
 
-def test_the_rendered_nginx_conf_has_no_placeholder_left_and_the_timeouts_asked_for(tmp_path):
-    text = render_nginx_conf(
-        tmp_path, "127.0.0.1:1", "127.0.0.1:2", {}, upstream_idle_s=7, read_timeout_s=41
-    ).read_text()
+def test_the_rendered_nginx_conf_has_no_placeholder_left_and_the_timeouts_asked_for(tmp_path, monkeypatch):
+    monkeypatch.setattr(deploy_unit, "UPSTREAM_IDLE_S", 7)
+    text = render_nginx_conf(tmp_path, "127.0.0.1:1", "127.0.0.1:2", {}, read_timeout_s=41).read_text()
 
     assert "@" not in text
     assert re.search(r"(?s)upstream app \{[^}]*keepalive_timeout 7s;", text)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from deploy import unit as deploy_unit
 from deploy.app_server import granian_command
 from deploy.processes import ROOT, wait_until
 from deploy.unit import UPSTREAM_IDLE_S, nginx_command, render_nginx_conf
@@ -132,7 +133,7 @@ class IdleClosingUpstream:
 
 
 @pytest.fixture
-def nginx_in_front():
+def nginx_in_front(monkeypatch):
     """`url, upstream = nginx_in_front(upstream_idle_s, nginx_idle_s)`: an IdleClosingUpstream and
     nginx in front of it, configured as the cluster's front (render_nginx_conf)
     but for its upstream idle timeout; nginx's own folder, stopped by its pid."""
@@ -144,7 +145,8 @@ def nginx_in_front():
         run_dir.chmod(0o755)  # nginx's workers (nobody, when started as root) use its temp folders
         port = free_port()
         listen, upstream_address = f"127.0.0.1:{port}", f"127.0.0.1:{upstream.port}"
-        conf = render_nginx_conf(run_dir, upstream_address, listen, {}, upstream_idle_s=nginx_idle_s)
+        monkeypatch.setattr(deploy_unit, "UPSTREAM_IDLE_S", nginx_idle_s)
+        conf = render_nginx_conf(run_dir, upstream_address, listen, {})
         nginx = ServerProcess("nginx", nginx_command(run_dir, conf), dict(os.environ), run_dir / "nginx.log")
         started.append((upstream, nginx, run_dir))
         nginx.launch()
