@@ -15,7 +15,6 @@ answered 503: the limit fails closed, never open.
 
 import functools
 
-import redis
 from django.conf import settings
 from django.core.cache import caches
 from django.db import connection
@@ -39,6 +38,8 @@ def increment(key: str, window_start: int, window: int) -> int:
 
 
 def cache_increment(key: str, window_start: int, window: int) -> int:
+    import redis  # here, not above: a service without REDIS_URL never loads redis-py
+
     cache = caches[RATE_LIMIT_CACHE]
     name = f"{key}:{window_start}"
     try:
@@ -83,6 +84,8 @@ def database_forget(prefix: str, *, before: int) -> None:
 def ping() -> None:
     """The readiness check's question to Redis (one GET); the database's is the database check."""
     if RATE_LIMIT_CACHE in settings.CACHES:
+        import redis  # as in cache_increment
+
         try:
             caches[RATE_LIMIT_CACHE].get("ping")
         except redis.RedisError as error:

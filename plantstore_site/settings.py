@@ -249,7 +249,7 @@ if REDIS_URL:
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "plants:rate",
-        "OPTIONS": timeouts.REDIS_OPTIONS,
+        "OPTIONS": timeouts.redis_options(),
     }
 # /metrics answers only requests bearing this token (Prometheus' `authorization` setting); unset, it is a 404.
 PLANTS_METRICS_TOKEN = env.str("PLANTS_METRICS_TOKEN", default="")

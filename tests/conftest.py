@@ -221,7 +221,7 @@ def counting_in_redis(settings, redis_server):
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": redis_server.url,
             "KEY_PREFIX": "plants:rate",
-            "OPTIONS": timeouts.REDIS_OPTIONS,
+            "OPTIONS": timeouts.redis_options(),
         },
     }
     return redis_server

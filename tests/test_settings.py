@@ -212,6 +212,39 @@ def test_database_connections_are_closed_after_each_request():
     assert close_old_connections in finished and close_old_connections in started
 
 
+# A worker's start: the app loaded as the app server loads it, then one request, which loads every view.
+LOAD_AND_ANSWER = """
+import sys
+import plantstore_site.wsgi
+from django.test import Client
+
+status = Client().get("/livez", HTTP_HOST="plants.example.com", secure=True).status_code
+print(status, "redis" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(("redis_url", "loaded"), [("", "False"), ("redis://127.0.0.1:1/0", "True")])
+def test_redis_py_is_loaded_only_by_a_service_that_sets_redis_url(tmp_path, redis_url, loaded):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_") and k != "DATABASE_URL"}
+    result = subprocess.run(
+        [sys.executable, "-c", LOAD_AND_ANSWER],
+        cwd=ROOT,
+        env={
+            **clean,
+            "DJANGO_SETTINGS_MODULE": "plantstore_site.settings",
+            "DJANGO_SECRET_KEY": SECRET_KEY,
+            "DJANGO_ALLOWED_HOSTS": "plants.example.com",
+            "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3",
+            "REDIS_URL": redis_url,
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert result.stdout.split() == ["200", loaded], result.stderr
+
+
 def test_settings_in_the_env_file_django_env_file_names_are_read_below_the_environment(tmp_path):
     env_file = tmp_path / "plantstore.env"
     env_file.write_text("DJANGO_SECRET_KEY=from-the-file-" + "x" * 40 + "\nDJANGO_DEBUG=maybe\n")
