@@ -16,16 +16,21 @@ ROOT = Path(__file__).resolve().parent.parent
 SECRET_KEY = "settings-test-secret-key-" + "0123456789" * 4
 
 
-def manage_check(*args, **env) -> subprocess.CompletedProcess:
+def with_settings(command: list[str], **env) -> subprocess.CompletedProcess:
+    """`command` run from the checkout with the production settings and `env` alone of the service's own."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_") and k != "DATABASE_URL"}
     return subprocess.run(
-        [sys.executable, "manage.py", "check", *args],
+        command,
         cwd=ROOT,
         env={**clean, "DJANGO_SETTINGS_MODULE": "plantstore_site.settings", **env},
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def manage_check(*args, **env) -> subprocess.CompletedProcess:
+    return with_settings([sys.executable, "manage.py", "check", *args], **env)
 
 
 def test_start_without_secret_key_and_debug_off_fails_naming_the_variable():
@@ -126,20 +131,12 @@ def test_start_with_admin_login_limits_out_of_order_fails_naming_the_variables(p
 
 def database_options(**env) -> dict:
     """The OPTIONS the settings give a PostgreSQL DATABASE_URL under this environment (nothing connects)."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_") and k != "DATABASE_URL"}
     script = (
         "import json; from django.conf import settings; "
         "print(json.dumps(settings.DATABASES['default'].get('OPTIONS', {})))"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=ROOT,
-        env={**clean, "DJANGO_SETTINGS_MODULE": "plantstore_site.settings", "DJANGO_SECRET_KEY": SECRET_KEY, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    result = with_settings([sys.executable, "-c", script], DJANGO_SECRET_KEY=SECRET_KEY, **env)
+    assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
 
@@ -225,21 +222,12 @@ print(status, "redis" in sys.modules)
 
 @pytest.mark.parametrize(("redis_url", "loaded"), [("", "False"), ("redis://127.0.0.1:1/0", "True")])
 def test_redis_py_is_loaded_only_by_a_service_that_sets_redis_url(tmp_path, redis_url, loaded):
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_") and k != "DATABASE_URL"}
-    result = subprocess.run(
+    result = with_settings(
         [sys.executable, "-c", LOAD_AND_ANSWER],
-        cwd=ROOT,
-        env={
-            **clean,
-            "DJANGO_SETTINGS_MODULE": "plantstore_site.settings",
-            "DJANGO_SECRET_KEY": SECRET_KEY,
-            "DJANGO_ALLOWED_HOSTS": "plants.example.com",
-            "DATABASE_URL": f"sqlite:///{tmp_path}/db.sqlite3",
-            "REDIS_URL": redis_url,
-        },
-        capture_output=True,
-        text=True,
-        timeout=60,
+        DJANGO_SECRET_KEY=SECRET_KEY,
+        DJANGO_ALLOWED_HOSTS="plants.example.com",
+        DATABASE_URL=f"sqlite:///{tmp_path}/db.sqlite3",
+        REDIS_URL=redis_url,
     )
 
     assert result.stdout.split() == ["200", loaded], result.stderr

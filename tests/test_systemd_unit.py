@@ -41,6 +41,7 @@ ENVIRONMENT_FILE = "/etc/plantstore/plantstore.env"
 RUNTIME_DIRECTORY = "/run/plantstore"
 STATE_DIRECTORY = "/var/lib/plantstore"
 JOURNAL_SYSLOG = "/run/systemd/journal/dev-log"  # journald's syslog socket
+SYSLOG_PREFIX = r"<\d+>\w{3} [ \d]\d \d\d:\d\d:\d\d "  # RFC 3164's priority and timestamp, no host name
 # The PATH systemd 252 gives a system service.
 SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The unit's user, plantstore, is not made on a test machine: nobody, as unprivileged, stands in.
@@ -433,10 +434,13 @@ def test_its_command_serves_as_an_unprivileged_user_reloads_without_a_failed_req
     traced = request(f"{service.url}/plants", method="TRACE")
     wait_until(lambda: any('"TRACE"' in line for line in service.syslog_received()), service.process, 5, "nginx's line")
     [edge_line] = [line for line in service.syslog_received() if '"TRACE"' in line]
-    assert (traced[0], re.sub(r"^<\d+>\w{3} [ \d]\d \d\d:\d\d:\d\d ", "", edge_line).split('"duration_s"')[0]) == (
-        405,
-        'nginx: {"edge": true, "method": "TRACE", "path": "/plants", "status": 405, ',
-    )
+    assert traced[0] == 405
+    # A syslog message as journald reads one: <priority>timestamp tag: the JSON line.
+    assert re.fullmatch(
+        SYSLOG_PREFIX + r'nginx: \{"edge": true, "method": "TRACE", "path": "/plants", '
+        r'"status": 405, "duration_s": [\d.]+\}',
+        edge_line,
+    ), edge_line
     assert {pid: privileges(pid) for pid in processes} == {
         pid: {"Uid": f"{uid}\t{uid}\t{uid}\t{uid}", "CapEff": "0000000000000000", "NoNewPrivs": "1"}
         for pid in processes
