@@ -9,7 +9,7 @@ from django.utils import timezone
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 
 from plants import metrics
-from plants.authentication_limit import authenticated, authentication_failed, refuse_if_over_limit
+from plants.authentication_limit import authentication_failed
 from plants.exceptions import InvalidToken, MalformedCredentials
 from plants.models import AUTHENTICATION_FIELDS, ApiToken, TokenStatus, quoted_names
 from plants.tokens import MAX_TOKEN_LENGTH, token_digest
@@ -102,7 +102,6 @@ class BearerTokenAuthentication(BaseAuthentication):
     realm = "plants"
 
     def authenticate(self, request):
-        refuse_if_over_limit(request)  # before any lookup: an address over its limit costs no query
         parts = get_authorization_header(request).split()
         if not parts or parts[0].lower() != self.keyword:
             # The API's only authenticator: this request ends as 401 UNAUTHENTICATED.
@@ -129,7 +128,6 @@ class BearerTokenAuthentication(BaseAuthentication):
         if status != TokenStatus.ACTIVE:
             self.failed(request, status)
             raise InvalidToken(REFUSED_BECAUSE[status])
-        authenticated(token.digest)
         if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
             # Conditional, so that workers reading the same stale value write it once between them.
             stale = Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
@@ -138,7 +136,8 @@ class BearerTokenAuthentication(BaseAuthentication):
         return token
 
     def failed(self, request, reason: str) -> None:
-        """Count a refusal by its reason, and against its client's address (plants/authentication_limit.py)."""
+        """Count a refusal by its reason, and against its client's address: 429 instead of the 401
+        once the address is over its limit (plants/authentication_limit.py)."""
         metrics.AUTH_FAILURE[reason].inc()
         authentication_failed(request)
 

@@ -1,29 +1,28 @@
-"""The limit on failed authentication per client address: counted in the shared store, refused before any lookup.
+"""The limit on failed authentication per client address: counted in the shared store, never in a valid token's way.
 
 Each request to the API that fails authentication (no token, a malformed header, an unknown,
 expired or revoked token) counts once for its client's address, in the rate-limit store every
 worker and server shares (plants/rate_stores.py), as a token's requests do. A request with a valid
-token is never counted, and costs nothing more than a lookup in a dict of this process.
+token is never counted and costs nothing more.
 
 Once an address has spent PLANTS_ANONYMOUS_THROTTLE_RATE's failures in a window, the worker that
-counted the last one remembers it until the window ends, and refuses the address's requests there
-with 429 before any token is looked up: no query, no count. Another worker learns it from the next
-failure it counts itself, so across W workers an address gets at most its limit plus W - 1 failed
-lookups per window. A valid token from that address is not refused: the worker keeps the digests of
-the tokens it authenticated lately, and a refused address's request whose token is one of them goes
-on to its lookup as any other (a SHA-256 of its secret, no query, decides). Only a token the worker
-has not authenticated yet waits for the window's end there.
+counted the last one remembers it until the window ends, and answers the address's failures there
+with 429 instead of 401, without counting them again (no write to the store). A request from that
+address with no token or a malformed header is refused without a lookup; one with a token goes on
+to its lookup as any other, so a valid token is served whatever its address has done, whichever
+worker it reaches and however new the token: many clients may share one address (a NAT, a proxy
+not listed in PLANTS_TRUSTED_PROXIES), and one retrying a revoked token shuts out no other. Another worker learns the address is over its limit
+from the next failure it counts itself, so across W workers an address's failures cost the store
+at most its limit plus W - 1 writes per window; past that, each costs its token's lookup alone.
 """
 
 import threading
 
 from django.conf import settings
-from rest_framework.authentication import get_authorization_header
 
 from plants import rate_stores, throttling
 from plants.clients import client_ip
 from plants.exceptions import TooManyAuthenticationFailures
-from plants.tokens import MAX_TOKEN_LENGTH, token_digest
 
 SETTING = "PLANTS_ANONYMOUS_THROTTLE_RATE"
 # The store's keys of these counts, beside the tokens' digests (64 hex digits, never with a colon).
@@ -35,13 +34,8 @@ MAX_ADDRESS_LENGTH = 64 - len(KEY_PREFIX)
 # none has ended, all (each is learnt again from its next failure).
 MAX_REFUSED_ADDRESSES = 10_000
 
-# The digests (never the secrets) of the tokens this process authenticated lately, oldest first:
-# a refused address's request bearing one of them goes on to its lookup.
-MAX_AUTHENTICATED_DIGESTS = 10_000
-
 refused_until: dict[str, float] = {}
 refused_lock = threading.Lock()
-authenticated_digests: dict[str, None] = {}
 # The newest window whose ended counts this process has deleted from the database.
 pruned_window = 0
 
@@ -50,40 +44,19 @@ def failure_policy() -> throttling.RatePolicy | None:
     return throttling.rate_policy(settings.PLANTS_ANONYMOUS_THROTTLE_RATE, SETTING)
 
 
-def refuse_if_over_limit(request) -> None:
-    """429 TOO_MANY_AUTHENTICATION_FAILURES when this process knows the client's address is over its limit."""
-    if not refused_until:  # the usual case: one check, no lookup
-        return
-    until = refused_until.get(client_ip(request) or "")
-    if until is not None and failure_policy() is not None:
-        left = until - throttling.clock()
-        if left > 0 and bearer_digest(request) not in authenticated_digests:
-            raise TooManyAuthenticationFailures(wait=left)
-
-
-def bearer_digest(request) -> str | None:
-    """The digest of the request's bearer token, if its header holds one; None otherwise."""
-    parts = get_authorization_header(request).split()
-    if len(parts) != 2 or parts[0].lower() != b"bearer" or len(parts[1]) > MAX_TOKEN_LENGTH:
-        return None
-    return token_digest(parts[1].decode("ascii", errors="replace"))
-
-
-def authenticated(digest: str) -> None:
-    """Remember that the token of `digest` authenticated here: from a refused address it still goes on."""
-    if digest in authenticated_digests:
-        return
-    with refused_lock:
-        if len(authenticated_digests) >= MAX_AUTHENTICATED_DIGESTS:
-            del authenticated_digests[next(iter(authenticated_digests))]
-        authenticated_digests[digest] = None
-
-
 def authentication_failed(request) -> None:
-    """Count a failed authentication for the client's address; past the limit, refuse the address here."""
+    """Count a failed authentication for the client's address; past the limit, refuse the address here.
+
+    Raises TooManyAuthenticationFailures (429) instead of counting when this process knows the
+    address is over its limit: the caller's 401 is not sent.
+    """
     policy, address = failure_policy(), client_ip(request)
     if policy is None or address is None:  # no limit, or no address to keep it for
         return
+    if refused_until and (until := refused_until.get(address)) is not None:
+        left = until - throttling.clock()
+        if left > 0:
+            raise TooManyAuthenticationFailures(wait=left)
     counted = throttling.window_count(KEY_PREFIX + address[:MAX_ADDRESS_LENGTH], policy)
     if counted.count >= policy.limit:
         remember_refused(address, throttling.clock() + counted.reset)

@@ -235,10 +235,9 @@ PLANTS_MAX_BODY_BYTES = env.int("PLANTS_MAX_BODY_BYTES", default=4096)
 # Requests per token per window, as DRF reads a rate (checked at start-up by plants.throttling).
 PLANTS_THROTTLE_RATE = env.str("PLANTS_THROTTLE_RATE", default="600/minute")  # empty: no throttle
 # Failed authentications (no token, a bad or refused one) per client address per window, after which
-# the address is refused with 429 before any token is looked up (plants/authentication_limit.py).
-# 60 a minute is a tenth of one token's quota: a client whose token was revoked or mistyped, retrying
-# once a second, still gets its 401 that says why, while an address without a valid token costs at
-# most about one lookup a second. Empty: no limit.
+# the address's failures are 429, uncounted; a valid token is served whatever its address did
+# (plants/authentication_limit.py). 60 a minute is a tenth of one token's quota: a client whose token
+# was revoked or mistyped, retrying once a second, still gets its 401 that says why. Empty: no limit.
 PLANTS_ANONYMOUS_THROTTLE_RATE = env.str("PLANTS_ANONYMOUS_THROTTLE_RATE", default="60/minute")
 # The counters' store: Redis when set, through Django's cache framework; else the database itself
 # counts (plants/rate_stores.py). Either is shared by every server that uses it.

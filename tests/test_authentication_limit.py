@@ -1,9 +1,10 @@
-"""The limit on failed authentication per client address: 429 before any lookup, valid tokens never counted."""
+"""The limit on failed authentication per client address: 429 without a count, valid tokens never counted nor refused."""
 
 import pytest
 
 from plants import authentication_limit
-from plants.models import Plant, RateLimitCounter
+from plants.models import ApiToken, Plant, RateLimitCounter
+from plants.services import token_issue, tokens_revoke
 from tests.clock import HOUR, WINDOW_START
 
 pytestmark = pytest.mark.django_db
@@ -22,7 +23,6 @@ def three_failures_per_hour(settings, clock, monkeypatch):
     """Three failures per address per hour, and a process that has refused no address yet."""
     settings.PLANTS_ANONYMOUS_THROTTLE_RATE = "3/hour"
     monkeypatch.setattr(authentication_limit, "refused_until", {})
-    monkeypatch.setattr(authentication_limit, "authenticated_digests", {})
     monkeypatch.setattr(authentication_limit, "pruned_window", 0)
 
 
@@ -50,20 +50,20 @@ def lookups(monkeypatch) -> list[str]:
     return hashed
 
 
-def test_failures_past_the_limit_answer_429_with_retry_after_before_any_hash_or_query(
+def test_failures_past_the_limit_answer_429_with_retry_after_and_cost_the_lookup_alone(
     three_failures_per_hour, post, lookups, clock, django_assert_num_queries
 ):
     answers = [post() for _ in range(3)]
     clock.now += 0.5  # Retry-After rounds up: 2599.5 s left is 2600
 
-    with django_assert_num_queries(0):
+    with django_assert_num_queries(1):  # the token's lookup; nothing counted
         refused = post()
 
     assert [(answer.status_code, answer.json()) for answer in answers] == [(401, INVALID)] * 3
     assert (refused.status_code, refused.json()) == (429, REFUSED)
     assert refused["Retry-After"] == "2600"
     assert "WWW-Authenticate" not in refused
-    assert len(lookups) == 3
+    assert len(lookups) == 4
     assert RateLimitCounter.objects.get(key="client:192.0.2.1").count == 3
 
 
@@ -72,10 +72,15 @@ def test_failures_past_the_limit_answer_429_with_retry_after_before_any_hash_or_
     [{}, {"HTTP_AUTHORIZATION": "Basic dXNlcjpwYXNz"}, {"HTTP_AUTHORIZATION": "Bearer two tokens"}],
     ids=["missing", "another-scheme", "malformed"],
 )
-def test_a_missing_or_malformed_header_counts_as_a_failure(three_failures_per_hour, post, headers):
-    statuses = [post(headers).status_code for _ in range(4)]
+def test_a_missing_or_malformed_header_counts_as_a_failure_and_past_the_limit_costs_no_query(
+    three_failures_per_hour, post, headers, django_assert_num_queries
+):
+    statuses = [post(headers).status_code for _ in range(3)]
+    with django_assert_num_queries(0):
+        refused = post(headers)
 
-    assert statuses == [401, 401, 401, 429]
+    assert statuses == [401, 401, 401]
+    assert (refused.status_code, refused.json()) == (429, REFUSED)
 
 
 @pytest.mark.django_db(transaction=True)  # as tests/test_create_plant.py counts a create's statements
@@ -95,36 +100,35 @@ def test_requests_with_a_valid_token_are_never_counted_nor_cost_a_query_more(
     assert RateLimitCounter.objects.get(key="client:192.0.2.1").count == 3
 
 
-def test_a_valid_token_from_an_address_over_its_limit_is_served_without_a_wait(
-    three_failures_per_hour, post, auth_headers, django_assert_num_queries
-):
-    post(auth_headers, plant={"id": 1, "name": "Rose"})  # the client's token, authenticated here before
+def test_a_token_new_to_every_worker_is_served_from_an_address_over_its_limit(three_failures_per_hour, post):
     for _ in range(3):
-        post()  # another client behind the same address, with a bad token
-
+        post()  # one client behind the address, with a bad token, past the limit
     refused = post()
-    served = post(auth_headers, plant={"id": 2, "name": "Fern"})
+    _, secret = token_issue(name="another-client")  # issued after: no worker has seen it
+    another_client = {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+
+    served = [post(another_client, plant={"id": plant_id, "name": "Fern"}) for plant_id in (2, 3, 4)]
 
     assert (refused.status_code, refused.json()) == (429, REFUSED)
-    assert (served.status_code, served.json()) == (200, {"id": 2, "name": "Fern"})
-    assert sorted(Plant.objects.values_list("id", flat=True)) == [1, 2]
+    assert [(answer.status_code, answer.json()) for answer in served] == [
+        (200, {"id": plant_id, "name": "Fern"}) for plant_id in (2, 3, 4)
+    ]
+    assert sorted(Plant.objects.values_list("id", flat=True)) == [2, 3, 4]
+    assert RateLimitCounter.objects.get(key="client:192.0.2.1").count == 3
 
 
-def test_a_valid_token_this_worker_has_not_authenticated_waits_for_the_window_from_a_refused_address(
-    three_failures_per_hour, post, auth_headers, clock, monkeypatch
+def test_a_revoked_token_from_an_address_over_its_limit_is_answered_429_uncounted(
+    three_failures_per_hour, post, issued_token
 ):
-    # Telling it valid would take the lookup the limit is there to save.
-    monkeypatch.setattr(authentication_limit, "authenticated_digests", {})
     for _ in range(3):
         post()
+    tokens_revoke(tokens=ApiToken.objects.filter(pk=issued_token[0].pk))
 
-    refused = post(auth_headers)
-    clock.now = WINDOW_START + HOUR
-    allowed = post(auth_headers)
+    refused = post({"HTTP_AUTHORIZATION": f"Bearer {issued_token[1]}"})
 
     assert (refused.status_code, refused.json()) == (429, REFUSED)
-    assert allowed.status_code == 200
-    assert list(Plant.objects.values_list("id", flat=True)) == [1]
+    assert not Plant.objects.exists()
+    assert RateLimitCounter.objects.get(key="client:192.0.2.1").count == 3
 
 
 def test_each_address_has_its_own_count(three_failures_per_hour, post):
@@ -145,7 +149,7 @@ def test_behind_nginx_the_address_is_its_x_real_ip(three_failures_per_hour, post
     assert post(address="", HTTP_X_REAL_IP="198.51.100.8").status_code == 401
 
 
-def test_the_count_is_shared_so_another_worker_looks_up_at_most_one_more_failure(
+def test_the_count_is_shared_so_another_worker_counts_at_most_one_more_failure(
     three_failures_per_hour, post, lookups, monkeypatch
 ):
     for _ in range(3):
@@ -155,7 +159,7 @@ def test_the_count_is_shared_so_another_worker_looks_up_at_most_one_more_failure
     statuses = [post().status_code for _ in range(3)]
 
     assert statuses == [401, 429, 429]
-    assert len(lookups) == 4
+    assert len(lookups) == 6
     assert RateLimitCounter.objects.get(key="client:192.0.2.1").count == 4
 
 

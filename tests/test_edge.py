@@ -500,3 +500,27 @@ def test_client_address_headers_from_a_client_are_not_believed(login_topology):
     for answer in still_locked:
         assert_locked_out(answer)
     assert (real[0], real[1]["Location"]) == (302, "/admin/")
+
+
+# A proxy between the clients and the TLS proxy that nobody listed in PLANTS_TRUSTED_PROXIES (a
+# corporate proxy, a NAT): nginx takes its address as every client's behind it, where the
+# failed-authentication limit counts them all together.
+UNTRUSTED_PROXY = "203.0.113.9"
+FAILURE_LIMIT = 60  # .env.example's PLANTS_ANONYMOUS_THROTTLE_RATE, a minute
+
+
+def test_a_client_past_the_failure_limit_never_shuts_out_another_clients_new_token(topology):
+    def create(client: str, plant_id: int, token: str) -> int:
+        body, forwarded = {"id": plant_id, "name": "Limit"}, f"{client}, {UNTRUSTED_PROXY}"
+        return request(f"{topology.url}/plants", body, token=token, X_Forwarded_For=forwarded)[0]
+
+    bad = [create("198.51.100.1", 900_000 + n, "plnt_revoked-or-mistyped") for n in range(FAILURE_LIMIT + 40)]
+    # Issued once the address is over its limit: no worker of any server has seen it yet.
+    token = topology.manage("token", "issue", "behind-the-same-proxy")
+    served, more_bad = [], []
+    for n in range(30):
+        served.append(create("198.51.100.2", 910_000 + n, token))
+        more_bad += [create("198.51.100.1", 920_000 + n + half, "plnt_revoked-or-mistyped") for half in (0, 50)]
+
+    assert bad[:FAILURE_LIMIT] == [401] * FAILURE_LIMIT and set(bad + more_bad) == {401, 429}
+    assert served == [200] * 30
