@@ -20,9 +20,10 @@ RUN --mount=type=secret,id=ca-bundle \
     && /opt/plantstore/venv/bin/pip uninstall --quiet --yes pip setuptools \
     && find /opt/plantstore/venv -name '*.po' -delete
 COPY . /opt/plantstore/app
-# Static files collected at build time; the key only lets the settings load for it.
+# Static files collected at build time; the key and the database URL only let the settings load for it.
 RUN cd /opt/plantstore/app \
-    && DJANGO_SECRET_KEY=collectstatic-only-this-key-signs-nothing-0123456789 DJANGO_STATIC_ROOT=/opt/plantstore/static \
+    && DJANGO_SECRET_KEY=collectstatic-only-this-key-signs-nothing-0123456789 DATABASE_URL=sqlite:////tmp/unused.sqlite3 \
+        DJANGO_STATIC_ROOT=/opt/plantstore/static \
         /opt/plantstore/venv/bin/python manage.py collectstatic --no-input -v 0 \
     && /opt/plantstore/venv/bin/python -m compileall -q /opt/plantstore/app
 

@@ -146,8 +146,16 @@ TEMPLATES = [
     },
 ]
 
-# The embedded default is a SQLite file beside manage.py; production sets a postgres:// URL.
+# Production names its database: a postgres:// URL, or a sqlite:// one to use SQLite. Only in debug
+# (make run) is the default a SQLite file beside manage.py: with debug off, a missing DATABASE_URL
+# would serve a file in the checkout, which the systemd unit cannot write and nobody backs up.
 DEFAULT_DATABASE_URL = f"sqlite:///{BASE_DIR / 'db.sqlite3'}"
+DATABASE_URL = env.str("DATABASE_URL", default="")
+if not DATABASE_URL and not DEBUG:
+    raise ImproperlyConfigured(
+        "DATABASE_URL must be set when DJANGO_DEBUG is off: postgres://user:password@host:5432/plantstore, "
+        "or sqlite:////var/lib/plantstore/db.sqlite3 for SQLite"
+    )
 # The longest a request waits on the database at any one step, whatever the network does: then it
 # is answered 503 (plants/timeouts.py sets each of libpq's and SQLite's waits from it).
 PLANTS_DATABASE_TIMEOUT_S = timeouts.database_timeout(
@@ -156,7 +164,7 @@ PLANTS_DATABASE_TIMEOUT_S = timeouts.database_timeout(
 try:
     DATABASES = {
         "default": dj_database_url.parse(
-            env.str("DATABASE_URL", default="") or DEFAULT_DATABASE_URL,
+            DATABASE_URL or DEFAULT_DATABASE_URL,
             conn_max_age=env.int("DJANGO_CONN_MAX_AGE", default=60),
             conn_health_checks=True,
         )

@@ -4,6 +4,8 @@ import os
 
 # Tests run with debug off, as production does, so they need a key; never used outside tests.
 os.environ.setdefault("DJANGO_SECRET_KEY", "test-only-secret-key-not-for-any-deployment-0123456789")
+# And a database: SQLite's test database is in memory, whatever file the URL names.
+os.environ.setdefault("DATABASE_URL", "sqlite:///" + os.path.join(os.path.dirname(__file__), "..", "db.sqlite3"))
 
 from plantstore_site.settings import *  # noqa: E402, F403
 

@@ -16,13 +16,19 @@ ROOT = Path(__file__).resolve().parent.parent
 SECRET_KEY = "settings-test-secret-key-" + "0123456789" * 4
 
 
+# Where the commands below keep their database unless a test names another (`check` opens none).
+DATABASE_URL = "sqlite:////var/lib/plantstore/db.sqlite3"
+
+
 def with_settings(command: list[str], **env) -> subprocess.CompletedProcess:
-    """`command` run from the checkout with the production settings and `env` alone of the service's own."""
+    """`command` run from the checkout with the production settings and `env` alone of the service's
+    own (a SQLite DATABASE_URL unless `env` names one; None: unset)."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_") and k != "DATABASE_URL"}
+    env = {"DJANGO_SETTINGS_MODULE": "plantstore_site.settings", "DATABASE_URL": DATABASE_URL, **env}
     return subprocess.run(
         command,
         cwd=ROOT,
-        env={**clean, "DJANGO_SETTINGS_MODULE": "plantstore_site.settings", **env},
+        env={**clean, **{name: value for name, value in env.items() if value is not None}},
         capture_output=True,
         text=True,
         timeout=60,
@@ -38,6 +44,32 @@ def test_start_without_secret_key_and_debug_off_fails_naming_the_variable():
 
     assert result.returncode != 0
     assert "DJANGO_SECRET_KEY must be set when DJANGO_DEBUG is off" in result.stderr
+
+
+def test_start_without_database_url_and_debug_off_fails_naming_the_variable():
+    result = manage_check(DJANGO_SECRET_KEY=SECRET_KEY, DATABASE_URL=None)
+
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1] == (
+        "django.core.exceptions.ImproperlyConfigured: DATABASE_URL must be set when DJANGO_DEBUG is off: "
+        "postgres://user:password@host:5432/plantstore, or sqlite:////var/lib/plantstore/db.sqlite3 for SQLite"
+    )
+
+
+def test_start_in_debug_without_database_url_uses_the_sqlite_file_beside_manage_py():
+    result = with_settings(
+        [
+            sys.executable,
+            "manage.py",
+            "shell",
+            "-c",
+            "from django.conf import settings; print(settings.DATABASES['default']['NAME'])",
+        ],
+        DJANGO_DEBUG="1",
+        DATABASE_URL=None,
+    )
+
+    assert (result.returncode, result.stdout.strip().splitlines()[-1]) == (0, str(ROOT / "db.sqlite3"))
 
 
 def test_start_in_debug_without_secret_key_uses_development_key():
