@@ -51,8 +51,11 @@ EXPOSE 8000
 # SIGTERM: deploy/serve.py stops gracefully (nginx stops accepting, in-flight requests are
 # answered, Granian's workers get 35 s): give `stop` a grace period of 40 s (compose.yaml does).
 STOPSIGNAL SIGTERM
+# Liveness: nginx's own /livez, which a database or Redis outage does not fail (a restart would not
+# cure it); deploy/serve.py exits when nginx or the app server does. Readiness, /healthz, is the
+# balancer's check.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
-    CMD ["python", "-m", "deploy.probe", "/healthz"]
+    CMD ["python", "-m", "deploy.probe", "/livez"]
 # tini as PID 1 passes signals on and reaps orphans; migrations are a one-off command, never here.
 ENTRYPOINT ["/usr/bin/tini", "--"]
 CMD ["python", "-m", "deploy.serve"]

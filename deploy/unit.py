@@ -132,13 +132,15 @@ class Unit:
         return app
 
     def wait_ready(self, timeout: float = 60) -> None:
-        """Wait until /livez through nginx answers 200. The database and Redis need not answer yet:
-        till they do, /healthz and the API answer 503 Error bodies, then it serves without a restart."""
+        """Wait until the app server answers /livez on its socket (its URLs and views load at the first
+        request) and nginx answers its own /livez. The database and Redis need not answer yet: till
+        they do, /healthz and the API answer 503 Error bodies, then it serves without a restart."""
 
         def ready() -> bool:
             if not self.app.running():
                 raise RuntimeError(f"{self.name}: the app server exited ({self.app.process.returncode})")
-            return http_status(f"{self.url}/livez", host=self.probe_host) == 200
+            app = http_status(f"{self.url}/livez", unix_socket=self.socket_path, host=self.probe_host)
+            return app == 200 and http_status(f"{self.url}/livez", host=self.probe_host) == 200
 
         wait_until(ready, self.nginx.process, timeout, f"{self.name} on {self.url}")
 

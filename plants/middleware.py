@@ -7,6 +7,7 @@ import re
 import time
 
 from plants import tracing
+from plants.clients import client_ip
 
 logger = logging.getLogger("plants.requests")
 
@@ -16,11 +17,13 @@ SAFE_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 class RequestLogMiddleware:
-    """Logs `{"method", "path", "status", "duration_ms", "token", "request_id", "trace_id", "span_id"}`
-    as JSON: the trace and span ids of the request's span (plants/tracing.py), as OpenTelemetry's log
-    correlation names and writes them.
+    """Logs `{"method", "path", "status", "duration_ms", "token", "client", "request_id", "trace_id",
+    "span_id"}` as JSON, and for a refused or failed request (400 and above) its Error body's `error`
+    and `message`, which name the cause: `client` is the address the limits count by
+    (plants/clients.py), the trace and span ids those of the request's span (plants/tracing.py), as
+    OpenTelemetry's log correlation names and writes them.
 
-    Never a body, a query string or a credential: `token` is the token's name.
+    Never a request body, a query string or a credential: `token` is the token's name.
     """
 
     def __init__(self, get_response):
@@ -43,9 +46,25 @@ class RequestLogMiddleware:
                 "status": response.status_code,
                 "duration_ms": round((time.perf_counter() - started) * 1000, 2),
                 "token": getattr(auth, "name", None),
+                "client": client_ip(request),
                 "request_id": request_id,
                 "trace_id": trace_id,
                 "span_id": span_id,
             }
+            if response.status_code >= 400:
+                fields.update(error_of(response))
             logger.info(json.dumps(fields))
         return response
+
+
+def error_of(response) -> dict:
+    """The `error` and `message` of an answer's Error body (every refusal is one); {} for another body."""
+    data = getattr(response, "data", None)  # DRF's answer, before rendering
+    if data is None and not response.streaming and response.get("Content-Type") == "application/json":
+        try:
+            data = json.loads(response.content)
+        except ValueError:
+            return {}
+    if isinstance(data, dict) and "error" in data and "message" in data:
+        return {"error": data["error"], "message": data["message"]}
+    return {}

@@ -25,7 +25,7 @@ from localcluster.database import postgresql_bin
 from localcluster.processes import free_port
 from plants.models import Plant
 from plants.services import token_issue
-from tests.live import create_many, live_unit, request
+from tests.live import LIVE_SETTINGS, create_many, live_unit, request
 from tests.test_timeouts import BOUND_S, DATABASE_DOWN, MARGIN_S, manage, timed
 
 DATABASE_SILENT = '{"error": 50300, "message": "The database does not answer."}'
@@ -229,25 +229,26 @@ def test_pgbouncer_pool_held_answers_503_after_its_queue_wait_and_serves_again_o
     queue_wait_s = min(pgbouncer_setting(pgbouncer.config, name) for name in ("query_wait_timeout", "query_timeout"))
     assert [create(plant_id)[0] for plant_id in range(1, 9)] == [200] * 8  # workers hold connections
 
-    with transactions_holding(pgbouncer.url, pool_size), ThreadPoolExecutor(4) as clients:
-        creates = [clients.submit(timed, create, plant_id) for plant_id in range(11, 14)]
-        health = clients.submit(timed, request, f"{server.url}/healthz")
+    app_threads = int(LIVE_SETTINGS["APP_PROCESSES"]) * int(LIVE_SETTINGS["APP_THREADS"])
+    with transactions_holding(pgbouncer.url, pool_size), ThreadPoolExecutor(app_threads) as clients:
+        # As many creates as the unit has app threads: every one of them waits in PgBouncer's queue.
+        creates = [clients.submit(timed, create, plant_id) for plant_id in range(11, 11 + app_threads)]
+        time.sleep(1)
         liveness = timed(request, f"{server.url}/livez")
         creates_were_waiting = not any(future.done() for future in creates)
         created = [future.result() for future in creates]
-        later = timed(create, 14)  # PgBouncer closed the first ones' connections: a new wait, bounded too
-        health = health.result()
+        later = timed(create, 30)  # PgBouncer closed the first ones' connections: a new wait, bounded too
+        health = timed(request, f"{server.url}/healthz")
     freed = time.monotonic()
-    while (answer := create(15))[0] != 200 and time.monotonic() < freed + BOUND_S:
+    while (answer := create(31))[0] != 200 and time.monotonic() < freed + BOUND_S:
         time.sleep(0.05)
     served_again_after = time.monotonic() - freed
-    afterwards = create_many(server.url, secret, range(21, 37), "Fern")
+    afterwards = create_many(server.url, secret, range(41, 57), "Fern")
 
     assert queue_wait_s <= BOUND_S
     assert (liveness[1][0], liveness[1][2]) == (200, '{"status": "ok"}')
-    # /livez answers within the bound too: a worker whose threads all wait in PgBouncer's queue may
-    # hold it until their wait ends (Granian hands a worker's connections to its own threads).
-    assert liveness[0] < BOUND_S + MARGIN_S and creates_were_waiting
+    # nginx answers /livez itself: no app thread, all of them waiting, delays it.
+    assert liveness[0] < 1 and creates_were_waiting
     for elapsed, (status, headers, text) in [*created, later]:
         assert (status, headers["Content-Type"], text) == (503, "application/json", DATABASE_DOWN)
         assert queue_wait_s - 0.5 < elapsed < BOUND_S + MARGIN_S  # it waited in PgBouncer's queue, and no longer
@@ -256,4 +257,4 @@ def test_pgbouncer_pool_held_answers_503_after_its_queue_wait_and_serves_again_o
     assert answer[0] == 200
     assert served_again_after < BOUND_S
     assert [status for status, _ in afterwards] == [200] * 16, afterwards  # the closed connections were replaced
-    assert set(Plant.objects.values_list("id", flat=True)) == {*range(1, 9), 15, *range(21, 37)}
+    assert set(Plant.objects.values_list("id", flat=True)) == {*range(1, 9), 31, *range(41, 57)}

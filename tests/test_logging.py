@@ -2,12 +2,16 @@
 
 import json
 import logging
+import os
+import re
+import signal
 
 import pytest
 from django.db import OperationalError, connection
 
 from plants import log_format
 from plants.models import Plant
+from tests.live import live_unit, request
 
 pytestmark = pytest.mark.django_db
 
@@ -28,20 +32,42 @@ def test_each_request_logs_one_json_line_with_token_name_and_request_id(request_
     entry = json.loads(lines[0])
     assert entry.pop("duration_ms") >= 0
     assert len(entry.pop("trace_id")) == 32 and len(entry.pop("span_id")) == 16  # tests/test_traces.py
-    assert entry == {"method": "POST", "path": "/plants", "status": 200, "token": "test-client", "request_id": "req-42"}
+    assert entry == {
+        "method": "POST",
+        "path": "/plants",
+        "status": 200,
+        "token": "test-client",
+        "client": "127.0.0.1",
+        "request_id": "req-42",
+    }
     assert response["X-Request-ID"] == "req-42"
     assert token not in request_log.text
     assert "Secret Garden Rose" not in request_log.text
 
 
-def test_refused_token_is_never_logged(request_log, api_client):
+def test_refused_token_is_never_logged_and_its_line_names_the_cause_and_the_client(request_log, api_client):
     secret = "plnt_this-is-a-guessed-token-value"
 
-    api_client.post("/plants", {"id": 1, "name": "Rose"}, format="json", HTTP_AUTHORIZATION=f"Bearer {secret}")
+    api_client.post(
+        "/plants", {"id": 1, "name": "Rose"}, format="json", HTTP_AUTHORIZATION=f"Bearer {secret}", REMOTE_ADDR=""
+    )
 
     entry = json.loads(request_log.records[-1].getMessage())
-    assert (entry["status"], entry["token"]) == (401, None)
+    assert (entry["status"], entry["token"], entry["client"]) == (401, None, None)
+    assert (entry["error"], entry["message"]) == (40101, "The token is not valid.")
     assert secret not in request_log.text
+
+
+def test_a_refusal_outside_the_api_names_its_error_and_the_address_nginx_gave(request_log, api_client):
+    api_client.get("/no-such-page", REMOTE_ADDR="", HTTP_X_REAL_IP="198.51.100.7")
+
+    entry = json.loads(request_log.records[-1].getMessage())
+    assert {key: entry[key] for key in ("status", "client", "error", "message")} == {
+        "status": 404,
+        "client": "198.51.100.7",
+        "error": 40400,
+        "message": "No such path: /no-such-page",
+    }
 
 
 def test_request_without_an_id_gets_a_new_random_one_in_its_line_and_header(request_log, post_plant):
@@ -182,3 +208,64 @@ def test_errors_remembered_for_their_tracebacks_stay_bounded(outage_log):
         log_format.traceback_due(OperationalError(f"error {n}"))
 
     assert len(log_format.last_traceback) <= log_format.REMEMBERED_ERRORS
+
+
+# Finding a refused request's cause from the logs, as docs/operating.md ("Why was it refused?") says:
+# the edge's line of the answer (by its status, or the X-Request-ID the client got) names the cause
+# as the edge saw it and the request id; the app's line of that id names the Error; an app server
+# nginx could not reach is named by nginx's error line.
+
+
+FAILURE_LIMIT = 60  # .env.example's PLANTS_ANONYMOUS_THROTTLE_RATE, a minute
+
+
+def lines_of(log: str, request_id: str) -> list[dict]:
+    """The JSON request lines that carry `request_id`: the edge's first, then the app's, if any."""
+    found = [line[line.index("{") :] for line in log.splitlines() if f'"request_id": "{request_id}"' in line]
+    return sorted(map(json.loads, found), key=lambda line: "edge" not in line)
+
+
+@pytest.mark.live
+def test_a_refusals_cause_is_found_in_the_logs_by_its_request_id(tmp_path, redis_server):
+    unreachable = f"postgres://nobody@{str(tmp_path / 'no-server').replace('/', '%2F')}/plantstore"
+    server = live_unit(tmp_path, DATABASE_URL=unreachable, REDIS_URL=redis_server.url).start()
+    try:
+        database_down = request(f"{server.url}/plants", {"id": 1, "name": "Rose"}, token="plnt_anything")
+        # No token at all, from one address: .env.example's limit, 60 a minute, then 429 (one window
+        # may end among them: at most two windows' worth).
+        unauthenticated = []
+        while len(unauthenticated) <= 2 * FAILURE_LIMIT and 429 not in [status for status, *_ in unauthenticated[-1:]]:
+            unauthenticated.append(request(f"{server.url}/plants", {"id": 1, "name": "Rose"}))
+        os.killpg(server.app.process.pid, signal.SIGKILL)  # the app server gone; nginx answers alone
+        server.app.process.wait()
+        app_server_down = request(f"{server.url}/plants", {"id": 1, "name": "Rose"}, token="plnt_anything")
+    finally:
+        server.stop()
+    log = server.log()
+
+    assert (database_down[0], database_down[1]["Content-Type"]) == (503, "application/json")
+    assert database_down[2] == '{"error":50300,"message":"The service cannot reach its database; retry later."}'
+    edge, app = lines_of(log, database_down[1]["X-Request-ID"])
+    assert (edge["edge"], edge["status"], edge["cause"], edge["upstream_status"]) == (True, 503, "app", "503")
+    assert (app["status"], app["error"], app["message"]) == (
+        503,
+        50300,
+        "The service cannot reach its database; retry later.",
+    )
+    assert edge["client"] == app["client"] == "127.0.0.1"
+    assert "database unavailable: OperationalError" in log
+
+    limited, statuses = unauthenticated[-1], [status for status, _, _ in unauthenticated]
+    assert statuses[:FAILURE_LIMIT] == [401] * FAILURE_LIMIT and statuses[FAILURE_LIMIT:] == [401] * (
+        len(statuses) - FAILURE_LIMIT - 1
+    ) + [429]
+    edge, app = lines_of(log, limited[1]["X-Request-ID"])
+    assert (edge["status"], edge["cause"], edge["upstream_status"], edge["client"]) == (429, "app", "429", "127.0.0.1")
+    assert (app["error"], app["client"]) == (42901, "127.0.0.1")
+    assert app["message"].startswith("Too many requests without a valid bearer token from this address.")
+
+    assert (app_server_down[0], json.loads(app_server_down[2])["error"]) == (503, 50300)
+    [edge] = lines_of(log, app_server_down[1]["X-Request-ID"])  # the app never saw it
+    assert (edge["status"], edge["cause"], edge["upstream_status"]) == (503, "app server unreachable", "502")
+    # Refused, or reset on a kept connection: either way the error line names the upstream and the client.
+    assert re.search(r"\[error\] .* failed \(.*upstream, client: 127\.0\.0\.1, .*\"POST /plants ", log), log

@@ -71,7 +71,10 @@ def test_make_serve_migrates_collects_static_gzipped_but_source_maps_and_serves_
     time.sleep(0.5)
     output = served.log()
     assert "manage.py migrate" in output
-    assert output.count("/no-such-page") == 1  # the app's request log line; Granian's is off
+    # The app's request line and, for a refusal, the edge's, of one request id; Granian's log is off.
+    logged = [line for line in output.splitlines() if "/no-such-page" in line]
+    assert [(" plants.requests " in line, '{"edge": true' in line) for line in logged] == [(True, False), (False, True)]
+    assert all(f'"request_id": "{unknown[1]["X-Request-ID"]}"' in line for line in logged)
 
 
 def test_trace_is_refused_by_nginx_with_an_error_body_and_the_allowed_methods(served):

@@ -437,8 +437,9 @@ def test_its_command_serves_as_an_unprivileged_user_reloads_without_a_failed_req
     assert traced[0] == 405
     # A syslog message as journald reads one: <priority>timestamp tag: the JSON line.
     assert re.fullmatch(
-        SYSLOG_PREFIX + r'nginx: \{"edge": true, "method": "TRACE", "path": "/plants", '
-        r'"status": 405, "duration_s": [\d.]+\}',
+        SYSLOG_PREFIX + r'nginx: \{"edge": true, "method": "TRACE", "path": "/plants", "status": 405, '
+        r'"cause": "edge", "upstream_status": "", "client": "127\.0\.0\.10", "request_id": "[0-9a-f]{32}", '
+        r'"duration_s": [\d.]+\}',
         edge_line,
     ), edge_line
     assert {pid: privileges(pid) for pid in processes} == {
