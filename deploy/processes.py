@@ -105,6 +105,20 @@ def stop_process(process: subprocess.Popen | None, timeout: float = 15, sig: int
             process.wait()
 
 
+def stop_all(servers: list["ServerProcess"], timeout: float, sig: int = signal.SIGTERM) -> None:
+    """Send `sig` to every server at once, then wait for them all within `timeout`; SIGKILL what is left."""
+    running = [server.process for server in servers if server.running()]
+    for process in running:
+        process.send_signal(sig)
+    deadline = time.monotonic() + timeout
+    for process in running:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def children(pid: int) -> list[int]:
     """The pids of a process's children (all its threads'), [] once it has exited."""
     found = []

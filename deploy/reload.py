@@ -10,9 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-# Under systemd's 90 s for ExecReload=: a new app server has 60 s to answer (deploy/unit.py), and
-# the reload before it may still be retiring its old one.
-WAIT_S = 85
+from deploy.unit import RELOAD_WORST_S
+
+# The reload's own worst case (deploy/unit.py), and a little more; under the unit's TimeoutStartSec=,
+# which bounds ExecReload= (tests/test_systemd_unit.py checks both).
+WAIT_S = RELOAD_WORST_S + 10
 
 
 def main(pid: int) -> int:

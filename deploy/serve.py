@@ -2,10 +2,11 @@
 
 SIGHUP reloads (Unit.reload): the outcome is a line here and, under systemd, $RUNTIME_DIRECTORY/reload
 for deploy/reload.py. SIGTERM, SIGINT (Ctrl-C) or the terminal it started on closing (the kernel
-signals only make, the session's leader) stop it gracefully. Under systemd (Type=notify) it says
+signals only make, the session's leader) stop it gracefully, a start or a reload under way included. Under systemd (Type=notify) it says
 READY=1 once /livez answers 200 through nginx, whether or not the database answers yet.
 """
 
+import contextlib
 import os
 import signal
 import socket
@@ -26,15 +27,24 @@ def main() -> int:
     # Only this process speaks to systemd (NotifyAccess=main): the servers do not get the socket.
     notify_socket = os.environ.pop("NOTIFY_SOCKET", None)
     asked: list[str] = []  # what the signals asked for, handled in the loop below
-    signal.signal(signal.SIGTERM, lambda *_: asked.append("stop"))
-    signal.signal(signal.SIGINT, lambda *_: asked.append("stop"))
+    busy: list[str] = []  # a start or a reload under way: a stop interrupts it, as Ctrl-C would
+
+    def stop(*_) -> None:
+        asked.append("stop")
+        if busy:
+            busy.clear()  # once: a second signal must not break off the clean-up of the first
+            raise StopAsked()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     # A closing terminal may send SIGHUP too: the loop below checks the terminal before any reload.
     signal.signal(signal.SIGHUP, lambda *_: asked.append("reload"))
     listen = os.environ.get("PLANTS_LISTEN") or f"127.0.0.1:{os.environ.get('PORT', '8000')}"
     unit = Unit(listen, dict(os.environ), supervised=True, name="serve")
     reloads = 0
     try:
-        unit.start()
+        with under_way(busy, "start"):
+            unit.start()
         notify_systemd(notify_socket, "READY=1")
         say(f"serve: nginx on {unit.url}, the app server on {unit.socket_path} (pid {os.getpid()}: HUP reloads)")
         while "stop" not in asked and not terminal_gone():
@@ -46,7 +56,8 @@ def main() -> int:
                 say("serve: reloading (a new app server with the new code; the old one finishes its requests)")
                 reloads += 1
                 try:
-                    unit.reload()
+                    with under_way(busy, "reload"):
+                        unit.reload()
                 except (RuntimeError, OSError) as error:  # it did not come up; it could not be started
                     say(f"serve: the reload failed, the running version serves on: {error}")
                     report_reload(f"{reloads} failed, the running version serves on: {error}")
@@ -59,11 +70,28 @@ def main() -> int:
         say("serve: stopping gracefully")
         notify_systemd(notify_socket, "STOPPING=1")
         return 0
+    except StopAsked:  # start() and reload() have stopped what they were starting
+        say("serve: stopping gracefully, during a start or a reload")
+        notify_systemd(notify_socket, "STOPPING=1")
+        return 0
     except RuntimeError as error:
         say(f"serve: {error}")
         return 1
     finally:
         unit.stop()
+
+
+class StopAsked(Exception):
+    """SIGTERM or SIGINT during a start or a reload: it is broken off, and the unit stops."""
+
+
+@contextlib.contextmanager
+def under_way(busy: list[str], what: str):
+    busy.append(what)
+    try:
+        yield
+    finally:
+        busy.clear()
 
 
 def notify_systemd(notify_socket: str | None, state: str) -> None:

@@ -17,7 +17,16 @@ from pathlib import Path
 
 from deploy.app_server import APP_ENVIRONMENT, WORKER_STOP_S, granian_command
 from deploy.probe import probe_host
-from deploy.processes import ROOT, ServerProcess, accepts_unix_connections, children, http_status, render, wait_until
+from deploy.processes import (
+    ROOT,
+    ServerProcess,
+    accepts_unix_connections,
+    children,
+    http_status,
+    render,
+    stop_all,
+    wait_until,
+)
 
 # Who nginx's workers run as when it is started as root: they alone (and root) may open the app's socket.
 NGINX_WORKER_USER, NGINX_WORKER_GROUP = "nobody", "nogroup"
@@ -26,7 +35,14 @@ NGINX_WORKER_USER, NGINX_WORKER_GROUP = "nobody", "nogroup"
 # (tests/test_upstream_keepalive.py).
 UPSTREAM_IDLE_S = 4
 READ_TIMEOUT_S = 30  # nginx's wait for the app's answer, then its 503 (docs/operating.md, Running it)
-NGINX_SHUTDOWN_S = 35  # a stopping nginx worker's time to finish: above READ_TIMEOUT_S, under Unit.stop's 40 s
+NGINX_SHUTDOWN_S = 35  # a stopping nginx worker's time to finish: above READ_TIMEOUT_S, under STOP_S
+STOP_S = 40  # Unit.stop's wait for nginx, then for every app server at once: 80 s, under systemd's 90
+# A reload's steps, each bounded: a new app server's socket accepts (its workers loaded the app), it
+# answers /livez, nginx accepts the config naming it (nginx -t), nginx's new workers have started.
+APP_START_S, APP_PROBE_S, NGINX_CHECK_S, NGINX_SWITCH_S = 60, 20, 15, 10
+# The longest a reload takes before it reports; deploy/reload.py waits longer, and the systemd unit's
+# TimeoutStartSec=, which bounds ExecReload=, longer still.
+RELOAD_WORST_S = APP_START_S + APP_PROBE_S + NGINX_CHECK_S + NGINX_SWITCH_S
 
 
 def networks(env: dict, name: str) -> list[str]:
@@ -88,8 +104,8 @@ class Unit:
         self.generation = 0  # one more at each reload, whose app server gets a new socket
         self.app: ServerProcess | None = None
         self.nginx: ServerProcess | None = None
-        # What a reload replaced, until retire(): (app server, socket, nginx's old workers, deadline).
-        self.retiring: tuple | None = None
+        # What each reload replaced, until retire(): (app server, socket, nginx's old workers, deadline).
+        self.retiring: list[tuple] = []
 
     @property
     def socket_path(self) -> Path:
@@ -121,7 +137,8 @@ class Unit:
         app.launch()
         try:
             # Granian listens only once a worker has loaded the app: till then nginx would answer 503.
-            wait_until(lambda: accepts_unix_connections(self.socket_path), app.process, 60, f"{self.name}: socket")
+            ready = lambda: accepts_unix_connections(self.socket_path)  # noqa: E731
+            wait_until(ready, app.process, APP_START_S, f"{self.name}: socket")
             if os.geteuid() == 0:  # Granian made it 0600, root's: nginx's workers get it, no one else
                 uid, gid = pwd.getpwnam(NGINX_WORKER_USER).pw_uid, grp.getgrnam(NGINX_WORKER_GROUP).gr_gid
                 os.chown(self.socket_path, uid, gid)
@@ -156,67 +173,92 @@ class Unit:
 
     def reload(self) -> None:
         """A new version: a new app server (the new code) on a new socket; once it answers /livez and
-        nginx accepts a config naming it (nginx -t), nginx re-reads it (SIGHUP): its new worker sends
-        every new request there, its old one finishes what it holds, and retire() stops the old app
-        server. Else the new one is stopped, nothing switched, and RuntimeError says why.
+        nginx accepts a config naming it (nginx -t), nginx re-reads it (SIGHUP), and once nginx's new
+        workers have started, every new request goes there, nginx's old workers finish what they hold,
+        and retire() stops the old app server. Else the new one is stopped, nginx keeps (or is given
+        back) the running version's config, and RuntimeError says why: nothing is retired.
 
         Not Granian's own reload: it stops an old worker whether or not its replacement started, and
         closes the idle connections nginx keeps to it, on which nginx may have just sent a POST that
         it will not send again (docs/decisions/supervisor.md)."""
-        self.retire(wait=True)
         old_app, old_socket = self.app, self.socket_path
+        conf = self.run_dir / "nginx.conf"
+        serving_conf = conf.read_text()
         self.generation += 1
         new_app = None
         try:
             new_app = self.launch_app()
             # Django imports the URLs and views at the first request: one proves they load.
-            livez = http_status(f"{self.url}/livez", timeout=30, unix_socket=self.socket_path, host=self.probe_host)
+            livez = http_status(
+                f"{self.url}/livez", timeout=APP_PROBE_S, unix_socket=self.socket_path, host=self.probe_host
+            )
             if livez != 200:
                 raise RuntimeError(f"{self.name}: the new app server answered /livez with {livez}")
-            conf = self.nginx_conf("next.conf")
+            next_conf = self.nginx_conf("next.conf")
             check = subprocess.run(
-                [*nginx_command(self.run_dir, conf), "-t", "-q"], capture_output=True, text=True, timeout=30
+                [*nginx_command(self.run_dir, next_conf), "-t", "-q"],
+                capture_output=True,
+                text=True,
+                timeout=NGINX_CHECK_S,
             )
             if check.returncode != 0:
                 raise RuntimeError(f"{self.name}: nginx refuses the new config: {check.stderr.strip()}")
+            old_nginx_workers = set(children(self.nginx.process.pid))
+            os.replace(next_conf, conf)
+            self.nginx.process.send_signal(signal.SIGHUP)
+            self.wait_for_new_nginx_workers(old_nginx_workers)
         except BaseException:
             if new_app:
                 new_app.kill()
             self.socket_path.unlink(missing_ok=True)
             (self.run_dir / "next.conf").unlink(missing_ok=True)
+            if conf.read_text() != serving_conf:  # nginx may yet read it: the running version's, again
+                conf.write_text(serving_conf)
+                self.nginx.process.send_signal(signal.SIGHUP)
             self.generation -= 1
             raise
-        old_nginx_workers = set(children(self.nginx.process.pid))
-        os.replace(conf, self.run_dir / "nginx.conf")
         self.app = new_app
-        self.nginx.process.send_signal(signal.SIGHUP)
-        self.retiring = (old_app, old_socket, old_nginx_workers, time.monotonic() + NGINX_SHUTDOWN_S + 5)
+        self.retiring.append((old_app, old_socket, old_nginx_workers, time.monotonic() + NGINX_SHUTDOWN_S + 5))
 
-    def retire(self, wait: bool = False) -> bool:
-        """Stop the app server a reload replaced once nginx's workers that could reach it have exited
-        (or their worker_shutdown_timeout has passed); with `wait`, wait for that. True when stopped."""
+    def wait_for_new_nginx_workers(self, old_workers: set[int]) -> None:
+        """Wait until nginx's master has started a worker that is not one of `old_workers`: it does
+        only once it has read the new config whole; till then its old workers serve the old one."""
+        master = self.nginx.process
+
+        def switched() -> bool:
+            return bool(set(children(master.pid)) - old_workers)
+
+        try:
+            wait_until(switched, master, NGINX_SWITCH_S, f"{self.name}: nginx's new workers")
+        except RuntimeError:
+            raise RuntimeError(
+                f"{self.name}: nginx did not take the new config within {NGINX_SWITCH_S} s (its error log "
+                "says why); its workers serve the running version"
+            ) from None
+
+    def retire(self) -> bool:
+        """Stop each app server a reload replaced once nginx's workers that could reach it have exited
+        (or their worker_shutdown_timeout has passed). True when one was stopped."""
         if not self.retiring:
             return False
-        old_app, old_socket, old_nginx_workers, deadline = self.retiring
-        while old_nginx_workers & set(children(self.nginx.process.pid)) and time.monotonic() < deadline:
-            if not wait:
-                return False
-            time.sleep(0.05)
-        old_app.stop(timeout=WORKER_STOP_S + 5)  # nothing sends it requests: it stops at once
-        old_socket.unlink(missing_ok=True)
-        self.retiring = None
-        return True
+        workers = set(children(self.nginx.process.pid))
+        done = [item for item in self.retiring if not item[2] & workers or time.monotonic() >= item[3]]
+        for item in done:
+            old_app, old_socket, *_ = item
+            old_app.stop(timeout=WORKER_STOP_S + 5)  # nothing sends it requests: it stops at once
+            old_socket.unlink(missing_ok=True)
+            self.retiring.remove(item)
+        return bool(done)
 
     def running(self) -> bool:
         return bool(self.app and self.nginx and self.app.running() and self.nginx.running())
 
     def stop(self) -> None:
-        """Graceful: nginx finishes what it holds (SIGQUIT), then the app server its requests (SIGTERM)."""
+        """Graceful: nginx finishes what it holds (SIGQUIT), then every app server its requests (SIGTERM),
+        all at once: within 2 × STOP_S."""
         if self.nginx:
-            self.nginx.stop(timeout=40, sig=signal.SIGQUIT)
-        for app in (self.retiring[0] if self.retiring else None, self.app):
-            if app:
-                app.stop(timeout=40)
-        self.retiring = None
+            self.nginx.stop(timeout=STOP_S, sig=signal.SIGQUIT)
+        stop_all([app for app, *_ in self.retiring] + ([self.app] if self.app else []), timeout=STOP_S)
+        self.retiring = []
         if self.run_dir:
             shutil.rmtree(self.run_dir, ignore_errors=True)

@@ -97,10 +97,10 @@ class LocalUnit(Unit):
 
     def kill(self) -> None:
         """SIGKILL every process of the unit at once, as a host dying would; start() brings it back."""
-        for server in (self.nginx, self.retiring[0] if self.retiring else None, self.app):
+        for server in (self.nginx, *(app for app, *_ in self.retiring), self.app):
             if server:
                 server.kill()
-        self.retiring = None
+        self.retiring = []
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def pids(self) -> list[int]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from deploy.processes import ROOT, children, wait_until
-from localcluster.processes import command_line, free_port
+from localcluster.processes import command_line, descendants, free_port
 from tests.live import (
     LIVE_SETTINGS,
     PUBLIC_HOST,
@@ -47,9 +47,9 @@ class LinkedReleases:
     the release that runs, started as the systemd unit's ExecStart runs it, by the link's path, with
     a runtime directory; switch() points the link elsewhere at once, as `mv -T` does."""
 
-    def __init__(self, work_dir: Path):
+    def __init__(self, work_dir: Path, wsgi_prelude: str = "", wait: bool = True):
         self.work_dir, self.current = work_dir, work_dir / "current"
-        self.current.symlink_to(release(work_dir / "releases" / "1", "1.0.0"))
+        self.current.symlink_to(release(work_dir / "releases" / "1", "1.0.0", wsgi_prelude))
         (work_dir / "run").mkdir()
         port = free_port()
         self.url, self.log = f"http://127.0.0.1:{port}", work_dir / "serve.log"
@@ -74,7 +74,8 @@ class LinkedReleases:
                 stderr=output,
                 start_new_session=True,
             )
-        wait_until(lambda: "serve: nginx on" in self.log.read_text(), self.serve, 60, "its ready line")
+        if wait:
+            wait_until(lambda: "serve: nginx on" in self.log.read_text(), self.serve, 60, "its ready line")
 
     def manage(self, *args: str) -> str:
         done = subprocess.run([self.python, "manage.py", *args], cwd=self.current, env=self.env, capture_output=True)
@@ -235,6 +236,29 @@ def test_a_reload_nginx_refuses_the_config_of_leaves_the_running_version_serving
     assert app_servers == [app]  # the new one was stopped
 
 
+def test_a_reload_nginx_does_not_take_fails_and_the_running_version_serves_on(tmp_path):
+    unreachable = f"postgres://nobody@{str(tmp_path / 'no-server').replace('/', '%2F')}/plantstore"
+    unit = live_unit(tmp_path, DATABASE_URL=unreachable).start()
+    try:
+        app, nginx = unit.app.process.pid, unit.nginx.process.pid
+        os.kill(nginx, signal.SIGSTOP)  # nginx's master takes no signal: the new config is never read
+        try:
+            with pytest.raises(RuntimeError, match="nginx did not take the new config within 10 s"):
+                unit.reload()
+        finally:
+            os.kill(nginx, signal.SIGCONT)  # it reads the config again: the running version's
+        time.sleep(1)
+        retired = [unit.retire() for _ in range(3)]
+        health = request(f"{unit.url}/healthz")  # the running app server answers: its database does not
+        state = (unit.app.process.pid, sorted(path.name for path in unit.run_dir.glob("*.sock")))
+        app_servers = [pid for pid in children(os.getpid()) if b"bin/granian" in command_line(pid)]
+    finally:
+        unit.stop()
+
+    assert (health[0], health[2]) == (503, '{"error": 50300, "message": "The database does not answer."}')
+    assert (retired, state, app_servers) == ([False] * 3, (app, ["app.0.sock"]), [app])
+
+
 def test_a_reload_whose_new_version_fails_to_start_leaves_the_running_one_serving(tmp_path):
     # The settings module is the version's code: valid at the start, broken by the "deploy" below.
     code = tmp_path / "code"
@@ -259,3 +283,33 @@ def test_a_reload_whose_new_version_fails_to_start_leaves_the_running_one_servin
     assert (created[0], created[2]) == (200, '{"id":1,"name":"Fern"}')
     assert (serving, still_serving, sockets) == (True, app, ["app.0.sock"])
     assert "the new version is broken" in served.log()
+
+
+# A version whose app takes minutes to load (a cold disk, a slow import): its start or reload is under way.
+SLOW_TO_LOAD = "import time\ntime.sleep(300)\n"
+STOP_BOUND_S = 90  # the systemd unit's TimeoutStopSec=
+
+
+@pytest.mark.parametrize("during", ["start", "reload"])
+def test_sigterm_during_a_start_or_a_reload_stops_the_unit_within_its_bound_leaving_nothing(tmp_path, during):
+    releases = LinkedReleases(tmp_path, wsgi_prelude=SLOW_TO_LOAD if during == "start" else "", wait=during == "reload")
+    try:
+        if during == "reload":
+            releases.switch(release(tmp_path / "releases" / "2", "2.0.0", SLOW_TO_LOAD))
+            os.kill(releases.serve.pid, signal.SIGHUP)
+            wait_until(lambda: "serve: reloading" in releases.log.read_text(), releases.serve, 30, "the reload")
+        # The new app server has started, and its workers are loading the app.
+        loading = lambda: [pid for pid in children(releases.serve.pid) if b"bin/granian" in command_line(pid)]  # noqa: E731
+        wait_until(lambda: len(loading()) == (2 if during == "reload" else 1), releases.serve, 30, "the app server")
+        processes = descendants(releases.serve.pid)
+        asked = time.monotonic()
+        os.kill(releases.serve.pid, signal.SIGTERM)
+        status = releases.serve.wait(timeout=STOP_BOUND_S)
+        stopped_after = time.monotonic() - asked
+    finally:
+        if releases.serve.poll() is None:
+            releases.stop()
+
+    assert (status, stopped_after < STOP_BOUND_S) == (0, True)
+    assert wait_for_exit(processes, timeout=5) == []
+    assert "serve: stopping gracefully, during a start or a reload" in releases.log.read_text()

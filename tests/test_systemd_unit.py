@@ -131,6 +131,20 @@ def test_the_unit_stops_by_sigterm_to_serve_alone_with_time_for_the_graceful_sto
     )
 
 
+def test_systemd_waits_longer_for_a_reload_than_its_worst_case_and_stops_within_the_units_bound():
+    from deploy import reload, unit
+
+    settings = service_settings(UNIT_FILE.read_text())
+    timeout_start = int(settings["TimeoutStartSec"][0])  # it bounds ExecReload= too
+
+    # reload.py reports a reload's outcome after its slowest steps, and systemd waits for reload.py.
+    assert unit.RELOAD_WORST_S < reload.WAIT_S < timeout_start
+    # A start: the app server's socket, then /livez, each within its bound.
+    assert unit.APP_START_S + 60 < timeout_start
+    # A stop: nginx, then every app server at once.
+    assert 2 * unit.STOP_S < int(settings["TimeoutStopSec"][0])
+
+
 # ProtectSystem=strict in a mount namespace: every mount read-only but the API file systems and
 # the ones named (bound to themselves first, so that they are mounts of their own).
 READ_ONLY_BUT = """findmnt -rno TARGET | while read -r target; do
