@@ -24,6 +24,8 @@ from functools import partial
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
+import yaml
+
 from deploy.processes import ROOT, children, http_status, render, stop_process, wait_until
 from localcluster.cluster import BALANCER_ADDRESS, CONFIG, Cluster
 from localcluster.processes import LocalUnit, command_line, descendants, free_port
@@ -296,9 +298,18 @@ def entry_points(cluster: Cluster) -> list[tuple[str, str]]:
     return [(unit.url, BALANCER_ADDRESS) for unit in cluster.units] + [(cluster.url, TLS_PROXY_ADDRESS)]
 
 
+# The service's objectives and alerts, which LivePrometheus loads and evaluates every second.
+ALERT_RULES = ROOT / "deploy" / "prometheus" / "plantstore-alerts.yml"
+
+
+def alert_rules() -> list[dict]:
+    """ALERT_RULES' rules, recording and alerting, in order."""
+    return [rule for group in yaml.safe_load(ALERT_RULES.read_text())["groups"] for rule in group["rules"]]
+
+
 class LivePrometheus:
     """A throwaway Prometheus (localcluster/config/prometheus.yml) scraping `targets` every second with
-    the metrics token, its data in a temp dir."""
+    the metrics token and evaluating ALERT_RULES, its data in a temp dir."""
 
     def __init__(self, targets: list[str], metrics_token: str):
         self.port = free_port()
@@ -313,6 +324,7 @@ class LivePrometheus:
             SCRAPE_INTERVAL="1s",
             TARGETS=json.dumps(targets),
             METRICS_TOKEN_FILE=str(token_file),
+            ALERT_RULES=json.dumps(str(ALERT_RULES)),
         )
         self.process: subprocess.Popen | None = None
 
@@ -343,6 +355,14 @@ class LivePrometheus:
             tuple(value for _, value in sorted(sample["metric"].items())): float(sample["value"][1])
             for sample in json.loads(text)["data"]["result"]
         }
+
+    def rules(self) -> dict[str, str]:
+        """Every rule loaded, by name (a recording rule's or an alert's), and its health: ok once it has
+        been evaluated without error, err, or unknown before its first evaluation."""
+        status, _, text = request(f"{self.url}/api/v1/rules", proxy=None)
+        if status != 200:
+            raise RuntimeError(f"prometheus answered {status}: {text}")
+        return {rule["name"]: rule["health"] for group in json.loads(text)["data"]["groups"] for rule in group["rules"]}
 
     def log(self) -> str:
         path = self.work_dir / "prometheus.log"

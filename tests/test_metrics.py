@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from plants.models import ApiToken
 from plants.services import token_issue, tokens_revoke
-from tests.live import PUBLIC_HOST, ROOT, LivePrometheus, create_many
+from tests.live import PUBLIC_HOST, ROOT, LivePrometheus, alert_rules, create_many
 
 pytestmark = pytest.mark.django_db
 METRICS_TOKEN = "metrics-" + "k" * 40
@@ -212,10 +212,13 @@ def test_prometheus_scraping_a_two_worker_server_reports_the_requests_sent(produ
             "sum(plants_database_errors_total)": {(): 0},
         }
         reported = wait_for_scrape(prometheus, expected)
+        rules = wait_for_evaluation(prometheus)
     finally:
         prometheus.stop()
 
     assert reported == expected
+    # The objectives' rules load from the config operators copy, and evaluate on the service's series.
+    assert rules == {rule.get("record") or rule["alert"]: "ok" for rule in alert_rules()}
     # Each worker wrote its own histogram file when it timed a request: both served, and were summed.
     histogram_files = {path.name for path in Path(server.app.env["PROMETHEUS_MULTIPROC_DIR"]).glob("histogram_*.db")}
     assert {f"histogram_{pid}.db" for pid in server.worker_pids()} <= histogram_files
@@ -229,6 +232,14 @@ def wait_for_scrape(prometheus: LivePrometheus, expected: dict, timeout: float =
         if reported == expected or time.monotonic() > deadline:
             return reported
         time.sleep(0.5)
+
+
+def wait_for_evaluation(prometheus: LivePrometheus, timeout: float = 30) -> dict[str, str]:
+    """Every rule's health, once none is still unknown (not yet evaluated) or the time is up."""
+    deadline = time.monotonic() + timeout
+    while "unknown" in (rules := prometheus.rules()).values() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return rules
 
 
 # A worker process counting in the multiprocess folder: 3 creates and one timed request.
