@@ -58,6 +58,8 @@ def authentication_failed(request) -> None:
         if left > 0:
             raise TooManyAuthenticationFailures(wait=left)
     counted = throttling.window_count(KEY_PREFIX + address[:MAX_ADDRESS_LENGTH], policy)
+    if counted is None:  # the store failed, and the limits fail open
+        return
     if counted.count >= policy.limit:
         remember_refused(address, throttling.clock() + counted.reset)
     if counted.count == 1:  # a new window for this address: a moment to clear the ended ones

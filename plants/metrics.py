@@ -40,6 +40,11 @@ THROTTLED = Counter(
     "plants_throttled",
     "Requests refused with 429: over their token's rate, or from an address over its failed authentications.",
 )
+UNCOUNTED = Counter(
+    "plants_rate_limit_uncounted",
+    "Requests served without being counted against their limit: the rate-limit store failed, and the "
+    "limits fail open (PLANTS_RATE_LIMIT_FAILURE_MODE).",
+)
 DATABASE_ERRORS = Counter(
     "plants_database_errors",
     "Requests that failed on the database: unavailable (answered 503) or other (500).",

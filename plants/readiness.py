@@ -22,8 +22,11 @@ def database_answers() -> bool:
 
 
 def rate_limit_store_answers() -> bool:
-    """Redis answers, when the counters are there; true while both limits are off (no store is asked)."""
+    """Redis answers, when the counters are there and a request needs it (the limits fail closed);
+    true while both limits are off or they fail open (no store is asked)."""
     if rate_policy(settings.PLANTS_THROTTLE_RATE) is None and failure_policy() is None:
+        return True
+    if settings.PLANTS_RATE_LIMIT_FAILURE_MODE == "open":
         return True
     try:
         rate_stores.ping()

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from rest_framework.throttling import BaseThrottle
 
-from plants import rate_stores
+from plants import metrics, rate_stores
 from plants.exceptions import RateLimitStoreUnavailable
 from plants.log_format import log_outage
 from plants.models import ApiToken
@@ -72,7 +72,7 @@ class RateLimitCount:
         return {"RateLimit-Policy": self.policy.header, "RateLimit": f'"{POLICY_NAME}";r={remaining};t={self.reset}'}
 
 
-def rate_limit_count(token: ApiToken, policy: RatePolicy) -> RateLimitCount:
+def rate_limit_count(token: ApiToken, policy: RatePolicy) -> RateLimitCount | None:
     """Count one request of `token` in the current fixed window: one atomic increment in the store.
 
     Keyed by the token's digest (loaded with it: AUTHENTICATION_FIELDS), unique and never reused.
@@ -80,23 +80,33 @@ def rate_limit_count(token: ApiToken, policy: RatePolicy) -> RateLimitCount:
     return window_count(token.digest, policy)
 
 
-def window_count(key: str, policy: RatePolicy) -> RateLimitCount:
-    """Count one event of `key` in the current fixed window of `policy`; a store that fails is a 503."""
+def window_count(key: str, policy: RatePolicy) -> RateLimitCount | None:
+    """Count one event of `key` in the current fixed window of `policy`. A store that fails is a 503
+    (PLANTS_RATE_LIMIT_FAILURE_MODE closed), or None: the event goes uncounted (open)."""
     now = clock()
     window_start = int(now // policy.window) * policy.window
     try:
         count = rate_stores.increment(key, window_start, policy.window)
     except rate_stores.StoreError as error:
-        log_outage(logger, "rate-limit store unavailable: %s", type(error.__cause__ or error).__name__, error=error)
+        fails_open = settings.PLANTS_RATE_LIMIT_FAILURE_MODE == "open"
+        cause = type(error.__cause__ or error).__name__
+        log_outage(logger, "rate-limit store unavailable: %s%s", cause, UNCOUNTED if fails_open else "", error=error)
+        if fails_open:
+            metrics.UNCOUNTED.inc()
+            return None
         raise RateLimitStoreUnavailable() from None
     return RateLimitCount(policy, count, reset=max(1, math.ceil(window_start + policy.window - now)))
+
+
+UNCOUNTED = " (the limits fail open: served uncounted)"
 
 
 class TokenRateThrottle(BaseThrottle):
     """At most PLANTS_THROTTLE_RATE requests per token per fixed window, across every worker.
 
-    The count is left on the request (`request.rate_limit`) for add_rate_limit_headers.
-    A store that cannot be reached fails closed: 503 SERVICE_UNAVAILABLE, never an unlimited pass.
+    The count is left on the request (`request.rate_limit`) for add_rate_limit_headers. A store that
+    cannot be reached passes the request uncounted, without the headers (PLANTS_RATE_LIMIT_FAILURE_MODE
+    open), or fails it closed: 503 SERVICE_UNAVAILABLE.
     """
 
     def allow_request(self, request, view) -> bool:
@@ -104,7 +114,7 @@ class TokenRateThrottle(BaseThrottle):
         if policy is None or not isinstance(request.auth, ApiToken):
             return True
         request.rate_limit = self.counted = rate_limit_count(request.auth, policy)
-        return self.counted.allowed
+        return self.counted is None or self.counted.allowed
 
     def wait(self) -> float:
         return self.counted.reset

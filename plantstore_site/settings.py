@@ -250,6 +250,13 @@ PLANTS_ANONYMOUS_THROTTLE_RATE = env.str("PLANTS_ANONYMOUS_THROTTLE_RATE", defau
 # The counters' store: Redis when set, through Django's cache framework; else the database itself
 # counts (plants/rate_stores.py). Either is shared by every server that uses it.
 REDIS_URL = env.str("REDIS_URL", default="")
+# When Redis fails: "open" serves requests uncounted (and /healthz leaves Redis out), "closed"
+# answers 503 (docs/decisions/rate-limit-store.md says why open is the default).
+PLANTS_RATE_LIMIT_FAILURE_MODE = env.str("PLANTS_RATE_LIMIT_FAILURE_MODE", default="open").strip().lower()
+if PLANTS_RATE_LIMIT_FAILURE_MODE not in ("open", "closed"):
+    raise ImproperlyConfigured(
+        f"PLANTS_RATE_LIMIT_FAILURE_MODE must be open or closed, not {PLANTS_RATE_LIMIT_FAILURE_MODE!r}."
+    )
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 if REDIS_URL:
     CACHES["rate_limits"] = {

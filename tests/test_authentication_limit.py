@@ -194,11 +194,19 @@ def test_empty_rate_turns_the_limit_off(settings, post, monkeypatch):
     assert not RateLimitCounter.objects.exists()
 
 
-def test_unreachable_redis_fails_a_failed_authentication_closed_and_leaves_valid_tokens_alone(
-    three_failures_per_hour, settings, post, auth_headers
+@pytest.mark.parametrize(
+    ("mode", "failure"),
+    [
+        ("closed", (503, {"error": 50300, "message": "The service cannot reach its rate-limit store; retry later."})),
+        ("open", (401, INVALID)),
+    ],
+)
+def test_unreachable_redis_fails_a_failed_authentication_by_the_failure_mode_and_leaves_valid_tokens_alone(
+    three_failures_per_hour, settings, post, auth_headers, mode, failure
 ):
     from localcluster.processes import free_port
 
+    settings.PLANTS_RATE_LIMIT_FAILURE_MODE = mode
     settings.CACHES = {  # a port no server listens on: refused at once
         **settings.CACHES,
         "rate_limits": {
@@ -209,10 +217,7 @@ def test_unreachable_redis_fails_a_failed_authentication_closed_and_leaves_valid
 
     failed, valid = post(), post(auth_headers)
 
-    assert (failed.status_code, failed.json()) == (
-        503,
-        {"error": 50300, "message": "The service cannot reach its rate-limit store; retry later."},
-    )
+    assert (failed.status_code, failed.json()) == failure
     assert valid.status_code == 200
 
 

@@ -47,8 +47,21 @@ def assert_unready(response, message: str):
 
 
 @pytest.mark.django_db
-def test_health_is_503_while_redis_is_stopped_and_liveness_stays_200(settings, counting_in_redis):
+def test_health_is_200_while_redis_is_stopped_when_the_limits_fail_open(settings, counting_in_redis):
     settings.PLANTS_THROTTLE_RATE = "10/minute"
+    counting_in_redis.stop()
+
+    response = Client().get("/healthz")
+
+    assert (response.status_code, response.json()) == (200, {"status": "ok"})
+
+
+@pytest.mark.django_db
+def test_health_is_503_while_redis_is_stopped_when_the_limits_fail_closed_and_liveness_stays_200(
+    settings, counting_in_redis
+):
+    settings.PLANTS_THROTTLE_RATE = "10/minute"
+    settings.PLANTS_RATE_LIMIT_FAILURE_MODE = "closed"
     redis_server = counting_in_redis
     client = Client()
     assert client.get("/healthz").json() == {"status": "ok"}
@@ -66,7 +79,13 @@ def test_health_is_503_while_redis_is_stopped_and_liveness_stays_200(settings, c
 def test_health_names_both_dependencies_when_neither_answers(tmp_path):
     unreachable = f"postgres://nobody@{str(tmp_path / 'no-server').replace('/', '%2F')}/plantstore"
     no_redis = f"redis://127.0.0.1:{free_port()}/0"
-    server = live_unit(tmp_path, DATABASE_URL=unreachable, REDIS_URL=no_redis, PLANTS_THROTTLE_RATE="10/minute")
+    server = live_unit(
+        tmp_path,
+        DATABASE_URL=unreachable,
+        REDIS_URL=no_redis,
+        PLANTS_THROTTLE_RATE="10/minute",
+        PLANTS_RATE_LIMIT_FAILURE_MODE="closed",
+    )
     server.start()
     try:
         health, liveness = request(f"{server.url}/healthz"), request(f"{server.url}/livez")

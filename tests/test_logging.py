@@ -169,7 +169,10 @@ def test_database_outage_logs_one_traceback_then_one_line_per_request(outage_log
     assert request_lines(outage_log) == [503] * 5
 
 
-def test_unreachable_redis_logs_one_traceback_then_one_line_per_request(outage_log, redis_unreachable, post_plant):
+def test_unreachable_redis_logs_one_traceback_then_one_line_per_request(
+    outage_log, redis_unreachable, post_plant, settings
+):
+    settings.PLANTS_RATE_LIMIT_FAILURE_MODE = "closed"
     answers = [post_plant({"id": plant_id, "name": "Rose"}) for plant_id in range(5)]
 
     assert [(answer.status_code, answer.json()) for answer in answers] == [(503, STORE_DOWN)] * 5
@@ -178,6 +181,21 @@ def test_unreachable_redis_logs_one_traceback_then_one_line_per_request(outage_l
     assert [record.exc_info is not None for record in outage_log.records].count(True) == 1
     assert request_lines(outage_log) == [503] * 5
     assert not Plant.objects.exists()
+
+
+def test_unreachable_redis_failing_open_serves_and_logs_each_request_uncounted(
+    outage_log, redis_unreachable, post_plant
+):
+    answers = [post_plant({"id": plant_id, "name": "Rose"}) for plant_id in range(3)]
+
+    assert [(answer.status_code, answer.json()) for answer in answers] == [
+        (200, {"id": plant_id, "name": "Rose"}) for plant_id in range(3)
+    ]
+    assert [answer.get("RateLimit") for answer in answers] == [None] * 3
+    line = "rate-limit store unavailable: ConnectionError (the limits fail open: served uncounted)"
+    assert outage_lines(outage_log, "plants.throttling") == [(line, True)] + [(line + REPEATED, False)] * 2
+    assert request_lines(outage_log) == [200] * 3
+    assert sorted(Plant.objects.values_list("id", flat=True)) == [0, 1, 2]
 
 
 def test_outage_logs_its_traceback_again_a_minute_later(outage_log, database_down, post_plant):

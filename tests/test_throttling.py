@@ -110,6 +110,7 @@ def test_empty_rate_turns_throttling_and_its_headers_off(settings, post_plant):
 
 def test_redis_outage_fails_closed_with_503_and_stores_nothing(settings, counting_in_redis, post_plant, caplog):
     settings.PLANTS_THROTTLE_RATE = "3/hour"
+    settings.PLANTS_RATE_LIMIT_FAILURE_MODE = "closed"
     counting_in_redis.stop()
 
     response = post_plant({"id": 1, "name": "Rose"})
@@ -121,10 +122,29 @@ def test_redis_outage_fails_closed_with_503_and_stores_nothing(settings, countin
     assert "rate-limit store unavailable: ConnectionError" in caplog.text
 
 
+def test_redis_outage_failing_open_serves_uncounted_then_counts_again_once_it_is_back(
+    settings, counting_in_redis, post_plant
+):
+    settings.PLANTS_THROTTLE_RATE = "3/hour"
+    counting_in_redis.stop()
+    during = [post_plant({"id": plant_id, "name": "Rose"}) for plant_id in range(1, 6)]  # more than the quota
+    counting_in_redis.start()  # the same port: the service's client reconnects by itself
+    after = [post_plant({"id": plant_id, "name": "Rose"}) for plant_id in range(6, 10)]
+
+    assert [(answer.status_code, rate_limit_headers(answer)) for answer in during] == [(200, (None, None))] * 5
+    assert [answer.status_code for answer in after] == [200, 200, 200, 429]
+    assert rate_limit_headers(after[0]) == (
+        '"default";q=3;w=3600',
+        '"default";r=2;t=' + after[0]["RateLimit"].split("t=")[1],
+    )
+    assert sorted(Plant.objects.values_list("id", flat=True)) == [1, 2, 3, 4, 5, 6, 7, 8]
+
+
 def test_unreachable_redis_fails_closed_with_503_and_stores_nothing(settings, post_plant, caplog):
     from localcluster.processes import free_port
 
     settings.PLANTS_THROTTLE_RATE = "3/hour"
+    settings.PLANTS_RATE_LIMIT_FAILURE_MODE = "closed"
     settings.CACHES = {  # a port no server listens on: refused at once, no server to start
         **settings.CACHES,
         "rate_limits": {

@@ -142,7 +142,12 @@ def test_redis_packets_dropped_answers_503_within_its_timeout_and_health_within_
     production_unit, forwarded_database, redis_server
 ):
     url, database_port = forwarded_database
-    server = production_unit(DATABASE_URL=url, REDIS_URL=redis_server.url, PLANTS_THROTTLE_RATE="600/minute")
+    server = production_unit(
+        DATABASE_URL=url,
+        REDIS_URL=redis_server.url,
+        PLANTS_THROTTLE_RATE="600/minute",
+        PLANTS_RATE_LIMIT_FAILURE_MODE="closed",
+    )
     _, secret = token_issue(name="timeouts")
     create = lambda plant_id: request(f"{server.url}/plants", {"id": plant_id, "name": "Fern"}, secret)  # noqa: E731
     assert [create(plant_id)[0] for plant_id in range(1, 9)] == [200] * 8  # workers hold connections
