@@ -63,25 +63,28 @@ def postgresql_options(options: dict, host: str, timeout_s: int) -> dict:
         # an idle connection whose server is gone: a probe each second once the connection has
         # been silent 1 s; the kernel drops it once a probe is unanswered past tcp_user_timeout
         # (Linux), or after 1 + (T - 1) unanswered seconds elsewhere. A server busy on a long
-        # statement answers the probes: only lock_timeout (below) ends some of those. One probe a
-        # second per idle connection is a few bytes; a dead idle connection is then seen by the health check
-        # before a request is sent on it (plants/postgresql/base.py).
+        # statement answers the probes: only lock_timeout (the database's, below) ends some of those.
+        # One probe a second per idle connection is a few bytes; a dead idle connection is then seen
+        # by the health check before a request is sent on it (plants/postgresql/base.py).
         "keepalives": 1,
         "keepalives_idle": 1,
         "keepalives_interval": 1,
         "keepalives_count": max(1, timeout_s - 1),
     }
-    # A server that answers but makes a statement wait for a lock (a migration's, a racing create
-    # of the same id) cancels the wait itself after T - 1 s, a second before a pooler's
-    # query_timeout (localcluster/config/pgbouncer.ini) would cut the connection. Not statement_timeout:
-    # it also cancels a commit's wait for a synchronous standby, and PostgreSQL then reports the
-    # commit as done (a warning, no error) although only the primary has it: a create answered
-    # 200 that a failover loses. PgBouncer drops this startup parameter (ignore_startup_parameters);
-    # its connect_query sets the same value there.
-    startup = options.get("options", "")
-    if "lock_timeout" not in startup:
-        startup = f"{startup} -c lock_timeout={(timeout_s - 1) * 1000}".strip()
-    return {**timeouts, **options, "options": startup}
+    # A statement kept waiting for a lock: not here but in the database's own lock_timeout, which
+    # `migrate` sets (plants/lock_timeout.py). A startup parameter (`options`) would not reach
+    # PostgreSQL behind a pooler: PgBouncer refuses the connection unless told to drop it.
+    return {**timeouts, **options}
+
+
+def lock_timeout_ms(timeout_s: int) -> int:
+    """The longest a statement waits for a lock (a migration's, a racing create of the same id):
+    PostgreSQL cancels the wait itself after the bound less 1 s, a second before a pooler's
+    query_timeout (localcluster/config/pgbouncer.ini) would cut the connection. Not
+    statement_timeout: it also cancels a commit's wait for a synchronous standby, and PostgreSQL then
+    reports the commit as done (a warning, no error) although only the primary has it: a create
+    answered 200 that a failover loses."""
+    return (timeout_s - 1) * 1000
 
 
 def sqlite_options(options: dict, timeout_s: int) -> dict:

@@ -1,6 +1,7 @@
 """The OCI image (Dockerfile), built from the checkout by `make image`'s script with podman,
 offline, and run as a container: the contract, the health check, its user, what it holds, and a
-stop under load. Runs in make test's SQLite pass (it uses no test database)."""
+stop under load; and compose.yaml's stack, its migrate straight to PostgreSQL. Runs in make test's
+SQLite pass (it uses no test database)."""
 
 import contextlib
 import json
@@ -223,21 +224,26 @@ def test_stop_under_load_answers_what_it_acknowledged_and_exits_within_the_grace
 
 
 @pytest.fixture(scope="module")
-def compose(podman, image):
-    """compose.yaml up with podman-compose, the front on a loopback port; down at the end."""
-    port = free_port()
-    env = {
+def compose_env(podman, image) -> dict:
+    """What compose.yaml reads at `up`, as an operator exports it, the front on a loopback port."""
+    return {
         "PLANTSTORE_IMAGE": image,
         "PLANTSTORE_INFRA_IMAGE": f"localhost/{podman.project}-infra:latest",
         "BASE": podman.base,
         "DJANGO_SECRET_KEY": SECRET_KEY,
         "POSTGRES_PASSWORD": "compose-test-" + os.urandom(8).hex(),
         "DJANGO_ALLOWED_HOSTS": PUBLIC_HOST,
-        "PLANTS_LISTEN": f"127.0.0.1:{port}",
+        "PLANTS_LISTEN": f"127.0.0.1:{free_port()}",
     }
+
+
+@pytest.fixture(scope="module")
+def compose(podman, compose_env):
+    """compose.yaml up with podman-compose; its front's URL; down at the end."""
+    env = compose_env
     podman.compose("up", "-d", env=env)
     try:
-        url = f"http://127.0.0.1:{port}"
+        url = f"http://{env['PLANTS_LISTEN']}"
         if not wait_until_healthy(url, None, timeout=120):
             logs = podman("logs", "--tail", "30", f"{podman.project}-compose_app1_1", check=False)
             raise RuntimeError(f"the compose stack's front did not answer 200 on /healthz:\n{logs.stdout}{logs.stderr}")
@@ -299,3 +305,50 @@ def test_the_compose_stack_migrates_once_and_stores_creates_through_its_front_in
     assert (anonymous[0], json.loads(anonymous[2])["error"]) == (401, 40100)
     assert rows.stdout.split() == [str(n) for n in range(1, 21)]
     assert sum(served) == 20 and min(served) > 0  # the front shares the creates between both apps
+
+
+# A migration step of 6 s, with the Django connection of the command's settings; it prints the
+# session's lock_timeout first.
+LONG_STEP = (
+    "from django.db import connection; cursor = connection.cursor(); cursor.execute('SHOW lock_timeout'); "
+    "print('lock_timeout', cursor.fetchone()[0]); cursor.execute('SELECT pg_sleep(6)'); print('slept 6 s')"
+)
+
+
+def migrate_one_off(podman, compose_env: dict, name: str, *command: str, env: tuple = ()) -> tuple[int, str]:
+    """`podman-compose run` of the migrate service (its environment, its network), with `command` in
+    place of its own if given: (its exit status, its output). podman-compose 1.0.3 does not pass the
+    status on: the container is inspected, then removed."""
+    container = f"{podman.project}-compose-{name}"
+    options = [argument for setting in env for argument in ("-e", setting)]
+    podman.compose("run", "--no-deps", "-T", "--name", container, *options, "migrate", *command, env=compose_env)
+    status = podman.inspect(container)["State"]["ExitCode"]
+    logs = podman("logs", container)
+    podman("rm", container)
+    return status, logs.stdout + logs.stderr
+
+
+def test_compose_migrates_straight_to_postgresql_where_a_step_over_5_s_runs_that_pgbouncer_cuts(
+    podman, compose_env, compose
+):
+    project = f"{podman.project}-compose"
+    migrated = migrate_one_off(
+        podman, compose_env, "long-step", "python", "manage.py", "shell", "-v", "0", "-c", LONG_STEP
+    )
+    # The same step with an app's settings: through PgBouncer, whose query_timeout (5 s) ends it.
+    through_pgbouncer = podman(
+        "exec", f"{project}_app1_1", "python", "manage.py", "shell", "-v", "0", "-c", LONG_STEP, check=False
+    )
+    # A migrate that fails (a setting refused at its start) is not run again: it exits at once.
+    started = time.monotonic()
+    failed = migrate_one_off(podman, compose_env, "failing", env=("PLANTS_DATABASE_TIMEOUT_S=1",))
+    failed_after = time.monotonic() - started
+
+    assert migrated == (0, "lock_timeout 2s\nslept 6 s\n")
+    assert through_pgbouncer.returncode == 1
+    # The apps' lock bound reaches PostgreSQL through PgBouncer's usual setting: the database's own.
+    assert through_pgbouncer.stdout == "lock_timeout 4s\n"
+    assert through_pgbouncer.stderr.endswith("django.db.utils.OperationalError: query timeout\n")
+    assert failed[0] == 1
+    assert failed[1].count("PLANTS_DATABASE_TIMEOUT_S must be at least 2") == 1
+    assert failed_after < 20

@@ -8,8 +8,8 @@ umask 077
 printf '"plantstore" "%s"\n' "$POSTGRES_PASSWORD" >/tmp/userlist.txt
 cat >/tmp/pgbouncer.ini <<INI
 [databases]
-; lock_timeout as the app asks for it (PgBouncer drops the app's options): see localcluster/config/pgbouncer.ini.
-plantstore = host=postgres port=5432 dbname=plantstore connect_query='SET lock_timeout = 4000'
+; The apps' lock_timeout is the database's own default (migrate sets it): nothing of theirs here.
+plantstore = host=postgres port=5432 dbname=plantstore
 
 [pgbouncer]
 listen_addr = 0.0.0.0
@@ -20,8 +20,8 @@ auth_file = /tmp/userlist.txt
 pool_mode = transaction
 max_client_conn = 500
 default_pool_size = 20
-; psycopg and Django send these at connect; PgBouncer would refuse parameters it does not track.
-ignore_startup_parameters = extra_float_digits,options
+; The usual setting: the apps send no startup parameter PgBouncer does not track.
+ignore_startup_parameters = extra_float_digits
 ; Every wait within the app's 5 s database bound; each value's reason is in localcluster/config/pgbouncer.ini.
 server_connect_timeout = 5
 server_login_retry = 1
