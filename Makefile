@@ -40,7 +40,7 @@ run: $(VENV)/.runtime ## set up .venv, migrate, and serve on 127.0.0.1:$PORT (de
 	@echo
 	DJANGO_DEBUG=1 $(PYTHON) manage.py runserver 127.0.0.1:$(PORT)
 
-check: lint $(VENV)/.dev ## the inner loop (about 13 s warm): lint, then every test that starts no server process, on SQLite
+check: lint $(VENV)/.dev ## the inner loop (about 40 s warm): lint, then every test that starts no server process, on SQLite
 	env -u DATABASE_URL $(VENV)/bin/pytest -m "not live" -q -p no:cacheprovider $(PYTEST_ARGS)
 
 serve: $(VENV)/.runtime ## production path: migrate, collectstatic, one production unit: nginx on PLANTS_LISTEN, else 127.0.0.1:$PORT (8000), in front of Granian (HUP reloads; needs DJANGO_SECRET_KEY; DATABASE_URL)

@@ -3,7 +3,7 @@
 DJANGO_ALLOWED_HOSTS may name only a public host name that does not resolve here, and Django answers
 any other Host with a 400: so every probe names the first allowed host (docs/decisions/health-probes.md).
 
-    python -m deploy.probe [/healthz]    # exit 0 when the path answers 200 (the image's HEALTHCHECK)
+    python -m deploy.probe [/healthz]    # exit 0 when the path answers 200 (the image's HEALTHCHECK: /livez)
 """
 
 import os
@@ -19,8 +19,10 @@ def probe_host(allowed_hosts: str) -> str:
 
 
 if __name__ == "__main__":
+    from deploy.unit import listen_address
+
     read_env_file()
     path = sys.argv[1] if len(sys.argv) > 1 else "/healthz"
-    port = os.environ.get("PLANTS_LISTEN", "127.0.0.1:8000").rpartition(":")[2]
+    port = listen_address(os.environ).rpartition(":")[2]  # where the unit listens, as deploy/serve.py says
     host = probe_host(os.environ.get("DJANGO_ALLOWED_HOSTS", ""))
     sys.exit(0 if http_status(f"http://127.0.0.1:{port}{path}", host=host) == 200 else 1)

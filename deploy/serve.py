@@ -14,7 +14,7 @@ import sys
 import time
 
 from deploy.processes import read_env_file
-from deploy.unit import Unit
+from deploy.unit import Unit, listen_address
 
 
 def main() -> int:
@@ -39,8 +39,7 @@ def main() -> int:
     signal.signal(signal.SIGINT, stop)
     # A closing terminal may send SIGHUP too: the loop below checks the terminal before any reload.
     signal.signal(signal.SIGHUP, lambda *_: asked.append("reload"))
-    listen = os.environ.get("PLANTS_LISTEN") or f"127.0.0.1:{os.environ.get('PORT', '8000')}"
-    unit = Unit(listen, dict(os.environ), supervised=True, name="serve")
+    unit = Unit(listen_address(os.environ), dict(os.environ), supervised=True, name="serve")
     reloads = 0
     try:
         with under_way(busy, "start"):

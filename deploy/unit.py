@@ -10,6 +10,7 @@ import os
 import pwd
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -45,15 +46,29 @@ APP_START_S, APP_PROBE_S, NGINX_CHECK_S, NGINX_SWITCH_S = 60, 20, 15, 10
 RELOAD_WORST_S = APP_START_S + APP_PROBE_S + NGINX_CHECK_S + NGINX_SWITCH_S
 
 
+def listen_address(env) -> str:
+    """Where the unit's nginx listens: PLANTS_LISTEN, else 127.0.0.1:$PORT (8000)."""
+    return env.get("PLANTS_LISTEN") or f"127.0.0.1:{env.get('PORT') or '8000'}"
+
+
 def networks(env: dict, name: str) -> list[str]:
-    """The setting `name` of `env` (comma-separated addresses or networks) checked, one per item."""
+    """The setting `name` of `env` (comma-separated addresses, networks or host names) checked, one
+    per item; a host name is looked up now, at each start and reload (compose names its front so)."""
     found = []
     for item in filter(None, (part.strip() for part in env.get(name, "").split(","))):
         try:
             found.append(str(ipaddress.ip_network(item, strict=False)))
         except ValueError:
-            raise SystemExit(f"{name}: {item!r} is not an address or network") from None
+            found += host_addresses(name, item)
     return found
+
+
+def host_addresses(name: str, host: str) -> list[str]:
+    try:
+        addresses = {info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+    except (OSError, UnicodeError):
+        raise SystemExit(f"{name}: {host!r} is not an address, a network or a host name that resolves") from None
+    return sorted(str(ipaddress.ip_network(address)) for address in addresses)
 
 
 def client_rule(clients: list[str]) -> str:

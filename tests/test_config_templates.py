@@ -43,3 +43,23 @@ def test_the_rendered_nginx_conf_has_no_placeholder_left_and_the_timeouts_asked_
     assert re.search(r"(?s)upstream app \{[^}]*keepalive_timeout 7s;", text)
     assert "proxy_read_timeout 41s;" in text
     assert (ROOT / "deploy" / "nginx.conf").read_text().count("$") == text.count("$")
+
+
+def test_trusted_proxies_take_addresses_networks_and_host_names_looked_up_at_render(tmp_path):
+    env = {"PLANTS_TRUSTED_PROXIES": "10.0.0.2, 192.0.2.0/24, localhost"}
+
+    rendered = render_nginx_conf(tmp_path, "unix:/tmp/app.sock", "127.0.0.1:8000", env).read_text()
+
+    trusted = re.findall(r"set_real_ip_from (\S+);", rendered)
+    assert trusted[:3] == ["10.0.0.2/32", "192.0.2.0/24", "127.0.0.1/32"]
+    assert set(trusted[3:]) <= {"::1/128"}  # localhost's IPv6 address, where the machine names one
+
+
+def test_a_trusted_proxy_that_is_no_address_and_does_not_resolve_stops_the_start(tmp_path):
+    env = {"PLANTS_TRUSTED_PROXIES": "front.invalid"}
+
+    with pytest.raises(
+        SystemExit,
+        match="PLANTS_TRUSTED_PROXIES: 'front.invalid' is not an address, a network or a host name that resolves",
+    ):
+        render_nginx_conf(tmp_path, "unix:/tmp/app.sock", "127.0.0.1:8000", env)

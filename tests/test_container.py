@@ -307,6 +307,37 @@ def test_the_compose_stack_migrates_once_and_stores_creates_through_its_front_in
     assert sum(served) == 20 and min(served) > 0  # the front shares the creates between both apps
 
 
+def test_compose_apps_count_each_client_as_the_front_saw_it_and_bad_tokens_shut_out_no_valid_one(podman, compose):
+    project = f"{podman.project}-compose"
+    network = podman.inspect(f"{project}_plantstore", "network")
+    front = podman.inspect(f"{project}_front_1")["NetworkSettings"]["Networks"][f"{project}_plantstore"]
+    bad_token, forged = "plnt_revoked-or-mistyped", {"X_Forwarded_For": "198.51.100.99"}
+
+    def create(plant_id: int, token: str, **headers: str) -> int:
+        body = {"id": plant_id, "name": "Limit"}
+        return request(f"{compose}/plants", body, token, **headers)[0]
+
+    bad = [create(900 + n, bad_token, **forged) for n in range(70)]  # past the limit, 60 a minute
+    # Issued once this client is over its limit: no worker of either app has seen it.
+    token = podman("exec", f"{project}_app2_1", "python", "manage.py", "token", "issue", "compose-new").stdout.strip()
+    served = []
+    for n in range(20):
+        served.append(create(1000 + n, token))
+        bad.append(create(2000 + n, bad_token))
+    logs = "".join(
+        log.stdout + log.stderr for log in (podman("logs", f"{project}_{app}_1") for app in ("app1", "app2"))
+    )
+    clients = {
+        json.loads(line[line.index("{") :])["client"] for line in logs.splitlines() if '"path": "/plants"' in line
+    }
+
+    assert set(bad) == {401, 429} and served == [200] * 20
+    # The address the front saw (the network's gateway, which the loopback port forwards from),
+    # neither the front's own nor what the client claimed.
+    gateway = network["subnets"][0]["gateway"]
+    assert clients == {gateway} and front["IPAddress"] not in clients
+
+
 # A migration step of 6 s, with the Django connection of the command's settings; it prints the
 # session's lock_timeout first.
 LONG_STEP = (

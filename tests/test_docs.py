@@ -176,3 +176,14 @@ def test_no_page_or_source_file_refers_to_an_issue_number():
     ]
 
     assert found == [], f"name the thing itself, not an issue number: {found}"
+
+
+CATALOG_ROW = re.compile(r"^\| (\d{5}) \| ([A-Z_]+) \| (\d{3}) \|", re.MULTILINE)
+
+
+def test_the_error_catalog_in_the_api_docs_is_the_code_s_own():
+    from plants.exceptions import ErrorCode
+
+    documented = CATALOG_ROW.findall((ROOT / "docs" / "api.md").read_text())
+
+    assert sorted(documented) == sorted((str(code.value), code.name, str(code.value // 100)) for code in ErrorCode)
