@@ -9,7 +9,7 @@ any other Host with a 400: so every probe names the first allowed host (docs/dec
 import os
 import sys
 
-from deploy.processes import http_status, read_env_file
+from deploy.processes import http_status, with_env_file
 
 
 def probe_host(allowed_hosts: str) -> str:
@@ -21,8 +21,8 @@ def probe_host(allowed_hosts: str) -> str:
 if __name__ == "__main__":
     from deploy.unit import listen_address
 
-    read_env_file()
+    env = with_env_file(os.environ)
     path = sys.argv[1] if len(sys.argv) > 1 else "/healthz"
-    port = listen_address(os.environ).rpartition(":")[2]  # where the unit listens, as deploy/serve.py says
-    host = probe_host(os.environ.get("DJANGO_ALLOWED_HOSTS", ""))
+    port = listen_address(env).rpartition(":")[2]  # where the unit listens, as deploy/serve.py says
+    host = probe_host(env.get("DJANGO_ALLOWED_HOSTS", ""))
     sys.exit(0 if http_status(f"http://127.0.0.1:{port}{path}", host=host) == 200 else 1)

@@ -21,12 +21,18 @@ ROOT = Path(_PWD) if os.path.isabs(_PWD) and os.path.isdir(_PWD) and os.path.sam
 BIN = Path(sys.executable).parent  # the venv's scripts (granian…), by the configured path too
 
 
-def read_env_file() -> None:
-    """The lines of the file DJANGO_ENV_FILE names into this process's environment, below what is set
-    already, as the settings read them: the unit's own settings (PLANTS_LISTEN, DJANGO_ALLOWED_HOSTS
-    for its probes, PLANTS_TRUSTED_PROXIES, ...) may be there too."""
-    if env_file := os.environ.get("DJANGO_ENV_FILE"):
-        environ.Env.read_env(env_file)
+def with_env_file(env: dict) -> dict:
+    """`env` with the lines of the file its DJANGO_ENV_FILE names beneath it (a variable set in both
+    keeps env's value), as the settings read them: the unit's own settings (PLANTS_LISTEN,
+    DJANGO_ALLOWED_HOSTS for its probes, PLANTS_TRUSTED_PROXIES, ...) may be there too."""
+    if not env.get("DJANGO_ENV_FILE"):
+        return dict(env)
+
+    class FileEnv(environ.Env):
+        ENVIRON = dict(env)
+
+    FileEnv.read_env(env["DJANGO_ENV_FILE"])
+    return FileEnv.ENVIRON
 
 
 class ConfigTemplate(Template):

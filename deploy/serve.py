@@ -7,25 +7,27 @@ READY=1 once /livez answers 200 through nginx, whether or not the database answe
 """
 
 import contextlib
+import json
 import os
 import signal
 import socket
 import sys
 import time
+from pathlib import Path
 
-from deploy.processes import read_env_file
+from deploy.processes import with_env_file
 from deploy.unit import Unit, listen_address
 
 
 def main() -> int:
-    read_env_file()
+    # Only this process speaks to systemd (NotifyAccess=main): the servers do not get the socket.
+    notify_socket = os.environ.pop("NOTIFY_SOCKET", None)
+    started_with = dict(os.environ)
     on_terminal = os.isatty(sys.stderr.fileno())
 
     def terminal_gone() -> bool:
         return on_terminal and not os.isatty(sys.stderr.fileno())
 
-    # Only this process speaks to systemd (NotifyAccess=main): the servers do not get the socket.
-    notify_socket = os.environ.pop("NOTIFY_SOCKET", None)
     asked: list[str] = []  # what the signals asked for, handled in the loop below
     busy: list[str] = []  # a start or a reload under way: a stop interrupts it, as Ctrl-C would
 
@@ -39,7 +41,8 @@ def main() -> int:
     signal.signal(signal.SIGINT, stop)
     # A closing terminal may send SIGHUP too: the loop below checks the terminal before any reload.
     signal.signal(signal.SIGHUP, lambda *_: asked.append("reload"))
-    unit = Unit(listen_address(os.environ), dict(os.environ), supervised=True, name="serve")
+    env = with_env_file(started_with)
+    unit = Unit(listen_address(env), env, supervised=True, name="serve")
     reloads = 0
     try:
         with under_way(busy, "start"):
@@ -56,7 +59,7 @@ def main() -> int:
                 reloads += 1
                 try:
                     with under_way(busy, "reload"):
-                        unit.reload()
+                        unit.reload(settings_for_reload(started_with))
                 except (RuntimeError, OSError) as error:  # it did not come up; it could not be started
                     say(f"serve: the reload failed, the running version serves on: {error}")
                     report_reload(f"{reloads} failed, the running version serves on: {error}")
@@ -91,6 +94,23 @@ def under_way(busy: list[str], what: str):
         yield
     finally:
         busy.clear()
+
+
+def settings_for_reload(started_with: dict) -> dict:
+    """The settings a reload applies: under systemd, the environment deploy/reload.py was given (systemd
+    reads EnvironmentFile= anew for it); else this process's, with DJANGO_ENV_FILE's file read anew."""
+    if runtime := os.environ.get("RUNTIME_DIRECTORY"):
+        path = Path(runtime.split(":")[0]) / ENVIRONMENT_FILE
+        if path.exists():
+            env = json.loads(path.read_text())
+            path.unlink()
+            return {name: value for name, value in env.items() if name not in RELOAD_ONLY}
+    return with_env_file(started_with)
+
+
+# Where deploy/reload.py leaves its environment, in the runtime directory; what of it is its own.
+ENVIRONMENT_FILE = "environment.json"
+RELOAD_ONLY = {"MAINPID", "NOTIFY_SOCKET"}
 
 
 def notify_systemd(notify_socket: str | None, state: str) -> None:

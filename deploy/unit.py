@@ -186,8 +186,9 @@ class Unit:
             raise
         return self
 
-    def reload(self) -> None:
-        """A new version: a new app server (the new code) on a new socket; once it answers /livez and
+    def reload(self, env: dict | None = None) -> None:
+        """A new version, with the settings of `env` if given: a new app server (the new code, the new
+        settings) on a new socket; once it answers /livez and
         nginx accepts a config naming it (nginx -t), nginx re-reads it (SIGHUP), and once nginx's new
         workers have started, every new request goes there, nginx's old workers finish what they hold,
         and retire() stops the old app server. Else the new one is stopped, nginx keeps (or is given
@@ -199,9 +200,12 @@ class Unit:
         old_app, old_socket = self.app, self.socket_path
         conf = self.run_dir / "nginx.conf"
         serving_conf = conf.read_text()
+        serving_settings = self.settings()
         self.generation += 1
         new_app = None
         try:
+            if env is not None:
+                self.configure(env)
             new_app = self.launch_app()
             # Django imports the URLs and views at the first request: one proves they load.
             livez = http_status(
@@ -230,10 +234,25 @@ class Unit:
             if conf.read_text() != serving_conf:  # nginx may yet read it: the running version's, again
                 conf.write_text(serving_conf)
                 self.nginx.process.send_signal(signal.SIGHUP)
+            self.env, self.app_env, self.app_command, self.probe_host = serving_settings
             self.generation -= 1
             raise
         self.app = new_app
         self.retiring.append((old_app, old_socket, old_nginx_workers, time.monotonic() + NGINX_SHUTDOWN_S + 5))
+
+    def settings(self) -> tuple:
+        return self.env, self.app_env, self.app_command, self.probe_host
+
+    def configure(self, env: dict) -> None:
+        """Take the settings of `env` for the next app server and nginx config; all but the listener,
+        which nginx's master holds: a change to it is refused (it takes a restart)."""
+        if (listen := listen_address(env)) != self.listen:
+            raise RuntimeError(f"{self.name}: PLANTS_LISTEN changed ({self.listen} to {listen}): it takes a restart")
+        if self.app_command == granian_command(self.env):  # not another app server (the bench's peers)
+            self.app_command = granian_command(env)
+        self.env = env
+        self.app_env = {**APP_ENVIRONMENT, **env, "PROMETHEUS_MULTIPROC_DIR": self.app_env["PROMETHEUS_MULTIPROC_DIR"]}
+        self.probe_host = probe_host(env.get("DJANGO_ALLOWED_HOSTS", ""))
 
     def wait_for_new_nginx_workers(self, old_workers: set[int]) -> None:
         """Wait until nginx's master has started a worker that is not one of `old_workers`: it does
