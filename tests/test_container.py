@@ -127,7 +127,7 @@ def test_the_image_declares_its_port_user_stop_signal_and_a_health_check_that_pa
         "plantstore",
         "SIGTERM",
     )
-    assert "/healthz" in " ".join(inspected["Healthcheck"]["Test"])
+    assert "/livez" in " ".join(inspected["Healthcheck"]["Test"])  # liveness: nginx answers it, whatever the database
     # With only the public host name allowed (container.env), as the docs run it.
     assert podman("healthcheck", "run", container.name, check=False).returncode == 0
     assert not [line for line in config["Env"] if line.startswith(("DJANGO_SECRET_KEY", "PIP_", "SSL_CERT"))]
