@@ -1,5 +1,6 @@
 """make cluster's database tier under test: one pg_auto_failover formation and one cluster in front
-of it per test module (tests/test_failover.py, tests/test_partitions.py), and what their tests share.
+of it per test module (tests/test_failover.py, tests/test_partitions.py), and what their tests share,
+its pgBackRest backups' restore and schedule among it.
 
 Each unit of the cluster reaches the database at an address of its own (localcluster/database.py:
 ADDRESSES), as from a host of its own. Each test issues its own token, creates its own range of ids
@@ -117,7 +118,6 @@ def restored_plant_ids(database: FailoverDatabase, target: str) -> set[int]:
     folder.mkdir(mode=0o700)
     if os.geteuid() == 0:
         shutil.chown(folder, "postgres", "postgres")
-    port = free_port()
     pg_ctl = [str(database.bin / "pg_ctl"), "-D", str(folder), "-w", "-s"]
     # Its restore_command is pgBackRest's, which finds the node's configuration in its environment.
     run = {"env": node.env, "capture_output": True, "text": True, "timeout": 120, **as_unprivileged_user()}
@@ -126,26 +126,32 @@ def restored_plant_ids(database: FailoverDatabase, target: str) -> set[int]:
             node, f"--pg1-path={folder}", "--type=time", f"--target={target}", "--target-action=promote",
             "--archive-mode=off", "restore",
         )  # fmt: skip
+        port = free_port()
         options = f"-p {port} -c listen_addresses='' -c unix_socket_directories='{database.work_dir}'"
         # -l: the server's output in a file (PostgreSQL's logging collector takes it over), not in pg_ctl's pipe.
         started = subprocess.run([*pg_ctl, "-o", options, "-l", str(folder / "start.log"), "start"], **run)
-        address = {"host": str(database.work_dir), "port": port, "user": "postgres", "dbname": database.database}
-
-        def query(sql: str) -> list[tuple]:
-            with psycopg.connect(**address, autocommit=True) as conn:
-                return conn.execute(sql).fetchall()
-
         try:
             if started.returncode:
                 raise RuntimeError(f"the restored copy did not start: {started.stdout}{started.stderr}")
-            wait_until(lambda: not query("SELECT pg_is_in_recovery()")[0][0], None, 60, "the restored copy's recovery")
-            return {plant_id for (plant_id,) in query("SELECT id FROM plants_plant")}
+            return plant_ids_once_recovered(database, port)
         except (RuntimeError, psycopg.Error) as error:
             logs = "".join(path.read_text(errors="replace") for path in sorted(folder.glob("**/*.log")))
             raise RuntimeError(f"{error}\n{logs[-4000:]}") from None
     finally:
         subprocess.run([*pg_ctl, "-m", "immediate", "stop"], **run)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def plant_ids_once_recovered(database: FailoverDatabase, port: int) -> set[int]:
+    """The plants of the restored copy listening on `port`, once its recovery has ended (it takes writes)."""
+    address = {"host": str(database.work_dir), "port": port, "user": "postgres", "dbname": database.database}
+
+    def query(sql: str) -> list[tuple]:
+        with psycopg.connect(**address, autocommit=True) as conn:
+            return conn.execute(sql).fetchall()
+
+    wait_until(lambda: not query("SELECT pg_is_in_recovery()")[0][0], None, 60, "the restored copy's recovery")
+    return {plant_id for (plant_id,) in query("SELECT id FROM plants_plant")}
 
 
 def scheduled_backup(database: FailoverDatabase, node: DataNode, kind: str) -> subprocess.CompletedProcess:
