@@ -169,9 +169,6 @@ class FailoverDatabase:
         # folder mounted from the backup host, here one folder.
         self.repository = self.work_dir / "pgbackrest-repository"
         self.socket_dir = Path("/var/run/postgresql")  # where pg_autoctl has PostgreSQL's socket: Debian's default
-        cipher_pass = secrets.token_urlsafe(48)
-        for node in self.nodes:
-            self.configure_pgbackrest(node, cipher_pass)
 
     def configure_pgbackrest(self, node: DataNode, cipher_pass: str) -> None:
         """deploy/pgbackrest.conf as on `node`'s host: the same repository and passphrase on every node,
@@ -211,6 +208,9 @@ class FailoverDatabase:
 
     def start(self) -> "FailoverDatabase":
         try:
+            cipher_pass = secrets.token_urlsafe(48)
+            for node in self.nodes:
+                self.configure_pgbackrest(node, cipher_pass)
             self.start_monitor()
             self.initdb(self.nodes[0])
             self.nodes[0].create()
