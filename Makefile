@@ -49,8 +49,8 @@ serve: $(VENV)/.runtime ## production path: migrate, collectstatic, one producti
 	$(PYTHON) manage.py collectstatic --no-input -v 0
 	exec $(PYTHON) -m deploy.serve
 
-cluster: $(VENV)/.runtime ## production's topology on one machine: the front (nginx) on 127.0.0.1:$PORT (8000), HAProxy behind it, 2 production units (nginx, Granian), a PostgreSQL primary and standby (pg_auto_failover), Redis (HUP: rolling restart; Ctrl-C stops all)
-	scripts/debian-packages postgresql redis-server haproxy nginx
+cluster: $(VENV)/.runtime ## production's topology on one machine: the front (nginx) on 127.0.0.1:$PORT (8000), HAProxy behind it, 2 production units (nginx, Granian), a PostgreSQL primary and standby (pg_auto_failover) archived by pgBackRest, Redis (HUP: rolling restart; Ctrl-C stops all)
+	scripts/debian-packages postgresql pgbackrest redis-server haproxy nginx
 	scripts/debian-packages $(FAILOVER_PACKAGES)
 	PORT=$(PORT) $(PYTHON) -m localcluster
 

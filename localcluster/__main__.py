@@ -5,7 +5,8 @@ $CLUSTER_APP_SERVERS (default 2) production units
 (deploy/unit.py: nginx in front of the app server, as `make serve` runs one), each its own process
 tree as if on its own host; Redis for the shared rate-limit counters (localcluster/cluster.py); a
 throwaway PostgreSQL primary and synchronous standby failed over by pg_auto_failover, which the app
-servers reach by a connection string that follows the primary (localcluster/database.py). Signals:
+servers reach by a connection string that follows the primary, both archiving with pgBackRest into one
+repository folder (localcluster/database.py). Signals:
 - SIGHUP: a rolling restart (a new version): one unit at a time is drained in HAProxy, stopped once
   its requests are answered, started with the new code, and back in rotation before the next.
 - SIGTERM or SIGINT (Ctrl-C): everything stops gracefully; SIGKILL: the servers get SIGTERM.
@@ -71,6 +72,7 @@ def main() -> int:
 def report(cluster: Cluster, database: FailoverDatabase) -> None:
     units = ", ".join(unit.url for unit in cluster.units)
     nodes = ", ".join(f"{node.name} 127.0.0.1:{node.port}" for node in database.nodes)
+    as_postgres = "runuser -u postgres -- " if os.geteuid() == 0 else ""  # the servers' user
     print(
         f"""
   front (nginx)             {cluster.url}      <- clients connect here
@@ -88,6 +90,10 @@ def report(cluster: Cluster, database: FailoverDatabase) -> None:
   The formation's state, and a planned switchover:
     {shutil.which("pg_autoctl")} show state --monitor '{database.monitor_url}'
     {shutil.which("pg_autoctl")} perform switchover --monitor '{database.monitor_url}'
+  Both nodes archive into one pgBackRest repository ({database.repository}); the backups and the WAL
+  there, then a backup on the primary's host (node1's configuration while node1 is the primary):
+    {as_postgres}env PGBACKREST_CONFIG={database.nodes[0].pgbackrest_config} pgbackrest --stanza=plantstore info
+    {as_postgres}env PGBACKREST_CONFIG={database.nodes[0].pgbackrest_config} pgbackrest --stanza=plantstore backup
 
   kill -HUP {os.getpid()} restarts the units one at a time (a new version); Ctrl-C stops everything.""",
         flush=True,

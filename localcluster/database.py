@@ -4,10 +4,14 @@ pg_auto_failover's monitor (a PostgreSQL of its own) health-checks each data nod
 `pg_autoctl run` (the keeper) with its PostgreSQL as a child, its own process group, as if on its own
 host. The app servers reach the primary by one libpq connection string naming every node with
 `target_session_attrs=read-write`: libpq tries the nodes in turn and keeps the one that takes writes.
+Both data nodes archive their WAL with pgBackRest as docs/operating.md sets a pair up (deploy/pgbackrest.conf,
+deploy/postgresql-archiving.conf), into one repository folder standing in for the shared repository:
+whichever node is the primary archives.
 Servers run as `postgres` when started as root (initdb and pg_autoctl refuse root), on loopback ports.
 """
 
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -17,7 +21,7 @@ from pathlib import Path
 
 import psycopg
 
-from deploy.processes import render, stop_process, wait_until
+from deploy.processes import ROOT, render, stop_process, wait_until
 from localcluster.cluster import CONFIG, as_unprivileged_user
 from localcluster.processes import descendants, free_port
 
@@ -25,6 +29,8 @@ PRIMARY_STATES = {"single", "wait_primary", "primary"}
 # Every data node answers on both: the app servers may each reach the database by an address of their
 # own, as if from their own host, so that a fault can cut one of them off and not the others.
 ADDRESSES = ("127.0.0.1", "127.0.0.2")
+# pgBackRest's name for the database cluster in its repository (deploy/postgresql-archiving.conf's).
+STANZA = "plantstore"
 
 
 def postgresql_bin() -> Path:
@@ -59,6 +65,10 @@ class DataNode:
         self.pgdata = formation.work_dir / self.name
         self.log_path = formation.work_dir / f"{self.name}.log"
         self.url = f"postgres://postgres@127.0.0.1:{self.port}/{formation.database}"
+        # Its host's /etc/pgbackrest/pgbackrest.conf (written by FailoverDatabase for a data node), which
+        # the archive_command's pgbackrest finds through pgBackRest's environment variable.
+        self.pgbackrest_config = formation.work_dir / f"{self.name}-pgbackrest" / "pgbackrest.conf"
+        self.env = {**formation.env, "PGBACKREST_CONFIG": str(self.pgbackrest_config)}
         self.process: subprocess.Popen | None = None
         self.lost: list[int] = []  # the processes kill() ended, until they are gone
 
@@ -83,7 +93,7 @@ class DataNode:
             self.process = subprocess.Popen(
                 ["setpriv", "--pdeathsig", "TERM", *command] if self.formation.supervised else command,
                 cwd=self.formation.work_dir,
-                env=self.formation.env,
+                env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 process_group=0,
@@ -155,6 +165,31 @@ class FailoverDatabase:
         self.monitor_url = self.monitor_url_via("127.0.0.1")
         self.nodes = [DataNode(self, f"node{n}", monitor_address=f"127.0.0.{2 + n}") for n in range(1, nodes + 1)]
         self.url = self.url_via(ADDRESSES[0])
+        # The repository both nodes archive into and back up to: on real hosts an object store or a
+        # folder mounted from the backup host, here one folder.
+        self.repository = self.work_dir / "pgbackrest-repository"
+        self.socket_dir = Path("/var/run/postgresql")  # where pg_autoctl has PostgreSQL's socket: Debian's default
+
+    def configure_pgbackrest(self, node: DataNode, cipher_pass: str) -> None:
+        """deploy/pgbackrest.conf as on `node`'s host: the same repository and passphrase on every node,
+        pg1 the node's own PostgreSQL, logs and locks its own."""
+        folder = node.pgbackrest_config.parent
+        for path in (folder, folder / "log", folder / "lock", self.repository):
+            path.mkdir(exist_ok=True)
+        render(
+            ROOT / "deploy" / "pgbackrest.conf",
+            node.pgbackrest_config,
+            REPOSITORY=str(self.repository),
+            CIPHER_PASS=cipher_pass,
+            LOG_PATH=str(folder / "log"),
+            LOCK_PATH=str(folder / "lock"),
+            PGDATA=str(node.pgdata),
+            PG_SOCKET=str(self.socket_dir),
+            PG_PORT=str(node.port),
+        ).chmod(0o600)  # it holds the repository's passphrase
+        if os.geteuid() == 0:
+            for path in [folder, *folder.iterdir(), self.repository]:
+                shutil.chown(path, "postgres", "postgres")
 
     def monitor_url_via(self, address: str) -> str:
         return f"postgres://autoctl_node@{address}:{self.monitor.port}/pg_auto_failover?sslmode=disable"
@@ -173,10 +208,14 @@ class FailoverDatabase:
 
     def start(self) -> "FailoverDatabase":
         try:
+            cipher_pass = secrets.token_urlsafe(48)
+            for node in self.nodes:
+                self.configure_pgbackrest(node, cipher_pass)
             self.start_monitor()
             self.initdb(self.nodes[0])
             self.nodes[0].create()
             wait_until(lambda: self.states().get("node1") == ("single", "single"), None, 60, "the first node")
+            self.pgbackrest(self.nodes[0], "stanza-create")
             # A standby's base backup starts with a checkpoint: have it find little to write.
             self.execute(self.nodes[0], "CHECKPOINT")
             for node in self.nodes[1:]:
@@ -207,13 +246,29 @@ class FailoverDatabase:
         wait_until(self.monitor_answers, self.monitor.process, 30, "the pg_auto_failover monitor")
 
     def initdb(self, node: DataNode) -> None:
-        """The first node's data folder, with localcluster/config/failover-node.conf (the standbys copy it)."""
+        """The first node's data folder, with localcluster/config/failover-node.conf and
+        deploy/postgresql-archiving.conf (the standbys copy them)."""
         self.run([str(self.bin / "initdb"), "-D", str(node.pgdata), "-U", "postgres", "--auth=trust", "-E", "UTF8"])
         node_conf = render(
             CONFIG / "failover-node.conf", self.work_dir / "failover-node.conf", MAX_CONNECTIONS="200", FSYNC="off"
         )
         with (node.pgdata / "postgresql.conf").open("a") as conf:
             conf.write("\n" + node_conf.read_text())
+            conf.write("\n" + (ROOT / "deploy" / "postgresql-archiving.conf").read_text())
+
+    def pgbackrest(self, node: DataNode, *arguments: str) -> str:
+        """pgBackRest run on `node`'s host (its configuration) for the stanza; its output."""
+        binary = shutil.which("pgbackrest")
+        if binary is None:
+            raise RuntimeError("pgbackrest is not installed (Debian package pgbackrest)")
+        command = [binary, f"--stanza={STANZA}", *arguments]
+        done = subprocess.run(
+            command, env=node.env, cwd=self.work_dir, capture_output=True, text=True, timeout=300,
+            **as_unprivileged_user(),
+        )  # fmt: skip
+        if done.returncode:
+            raise RuntimeError(f"pgbackrest {' '.join(arguments)} on {node.name} failed: {done.stdout}{done.stderr}")
+        return done.stdout
 
     def run(self, command: list[str]) -> None:
         done = subprocess.run(command, env=self.env, cwd=self.work_dir, capture_output=True, **as_unprivileged_user())

@@ -1,5 +1,6 @@
 """make cluster's database tier under test: one pg_auto_failover formation and one cluster in front
-of it per test module (tests/test_failover.py, tests/test_partitions.py), and what their tests share.
+of it per test module (tests/test_failover.py, tests/test_partitions.py), and what their tests share,
+its pgBackRest backups' restore and schedule among it.
 
 Each unit of the cluster reaches the database at an address of its own (localcluster/database.py:
 ADDRESSES), as from a host of its own. Each test issues its own token, creates its own range of ids
@@ -8,12 +9,17 @@ the primary (or a standby) directly.
 """
 
 import json
+import os
+import shutil
+import subprocess
 
 import psycopg
 import pytest
 
-from deploy.processes import wait_until
+from deploy.processes import ROOT, wait_until
+from localcluster.cluster import as_unprivileged_user
 from localcluster.database import ADDRESSES, PRIMARY_STATES, DataNode, FailoverDatabase
+from localcluster.processes import free_port
 from plants.timeouts import DEFAULT_DATABASE_TIMEOUT_S
 from tests.live import LIVE_SETTINGS, Load, live_cluster, manage_on
 
@@ -99,3 +105,63 @@ def assert_only_created_or_unavailable(load: Load) -> None:
     for _, status, content_type, text, _sent in load.answers:
         if status != 200:
             assert (status, content_type, json.loads(text) in UNAVAILABLE) == (503, "application/json", True), text
+
+
+def restored_plant_ids(database: FailoverDatabase, target: str) -> set[int]:
+    """The plants a point-in-time restore to `target` brings back, as on a new host (docs/operating.md):
+    pgBackRest restores the newest backup before it into an empty data folder, and PostgreSQL, started
+    there on a socket of its own, replays the archived WAL up to it (across the timelines since) and opens.
+    The copy archives nothing (--archive-mode=off): it must not write a timeline of its own into the
+    repository the formation archives into."""
+    node = database.nodes[0]  # any node's configuration: every node names the same repository
+    folder = database.work_dir / "restored"
+    folder.mkdir(mode=0o700)
+    if os.geteuid() == 0:
+        shutil.chown(folder, "postgres", "postgres")
+    pg_ctl = [str(database.bin / "pg_ctl"), "-D", str(folder), "-w", "-s"]
+    # Its restore_command is pgBackRest's, which finds the node's configuration in its environment.
+    run = {"env": node.env, "capture_output": True, "text": True, "timeout": 120, **as_unprivileged_user()}
+    try:
+        database.pgbackrest(
+            node, f"--pg1-path={folder}", "--type=time", f"--target={target}", "--target-action=promote",
+            "--archive-mode=off", "restore",
+        )  # fmt: skip
+        port = free_port()
+        options = f"-p {port} -c listen_addresses='' -c unix_socket_directories='{database.work_dir}'"
+        # -l: the server's output in a file (PostgreSQL's logging collector takes it over), not in pg_ctl's pipe.
+        started = subprocess.run([*pg_ctl, "-o", options, "-l", str(folder / "start.log"), "start"], **run)
+        try:
+            if started.returncode:
+                raise RuntimeError(f"the restored copy did not start: {started.stdout}{started.stderr}")
+            return plant_ids_once_recovered(database, port)
+        except (RuntimeError, psycopg.Error) as error:
+            logs = "".join(path.read_text(errors="replace") for path in sorted(folder.glob("**/*.log")))
+            raise RuntimeError(f"{error}\n{logs[-4000:]}") from None
+    finally:
+        subprocess.run([*pg_ctl, "-m", "immediate", "stop"], **run)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def plant_ids_once_recovered(database: FailoverDatabase, port: int) -> set[int]:
+    """The plants of the restored copy listening on `port`, once its recovery has ended (it takes writes)."""
+    address = {"host": str(database.work_dir), "port": port, "user": "postgres", "dbname": database.database}
+
+    def query(sql: str) -> list[tuple]:
+        with psycopg.connect(**address, autocommit=True) as conn:
+            return conn.execute(sql).fetchall()
+
+    wait_until(lambda: not query("SELECT pg_is_in_recovery()")[0][0], None, 60, "the restored copy's recovery")
+    return {plant_id for (plant_id,) in query("SELECT id FROM plants_plant")}
+
+
+def scheduled_backup(database: FailoverDatabase, node: DataNode, kind: str) -> subprocess.CompletedProcess:
+    """docs/operating.md's cron line for the pair that takes a `kind` (full, diff) backup, its command
+    run on `node`'s host as cron runs it: by `sh`, as postgres, psql's port that of the node."""
+    lines = (ROOT / "docs" / "operating.md").read_text().splitlines()
+    (line,) = [line for line in lines if "pg_is_in_recovery" in line and f"--type={kind} backup" in line]
+    *_schedule_and_user, command = line.split(maxsplit=6)
+    env = {**node.env, "PGHOST": str(database.socket_dir), "PGPORT": str(node.port)}
+    return subprocess.run(
+        ["sh", "-c", command], env=env, cwd=database.work_dir, capture_output=True, text=True, timeout=300,
+        **as_unprivileged_user(),
+    )  # fmt: skip

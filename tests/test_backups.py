@@ -2,6 +2,7 @@
 before a mistake with pgBackRest, and SQLite's online copy (manage.py sqlite_backup) taken under load."""
 
 import json
+import re
 import shutil
 import sqlite3
 import time
@@ -36,6 +37,17 @@ def test_sqlite_backup_copies_every_committed_plant_and_replaces_an_older_copy(t
 
     assert ids_in(destination) == {1, 2}
     assert sorted(path.name for path in tmp_path.iterdir()) == ["plantstore.sqlite3"]
+
+
+def test_pgbackrest_conf_placeholders_are_the_ones_the_docs_name_and_each_has_its_comment():
+    template = (ROOT / "deploy" / "pgbackrest.conf").read_text()
+    placeholders = re.findall(r"@([A-Z_]+)@", template)
+    setup = (ROOT / "docs" / "operating.md").read_text().split("**Set it up**", 1)[1].split("\n4. ", 1)[0]
+    comments = "\n".join(line for line in template.splitlines() if line.startswith("#"))
+
+    assert placeholders == ["REPOSITORY", "CIPHER_PASS", "LOG_PATH", "LOCK_PATH", "PGDATA", "PG_SOCKET", "PG_PORT"]
+    assert re.findall(r"`@([A-Z_]+)@`", setup) == placeholders
+    assert [name for name in placeholders if not re.search(rf"\b{name}\b", comments)] == []
 
 
 def test_sqlite_backup_on_postgresql_refuses_and_names_pgbackrest(tmp_path, monkeypatch):

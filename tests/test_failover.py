@@ -1,7 +1,7 @@
 """The database survives the loss of its primary: make cluster's tier (localcluster/database.py) under load.
 
-A host lost, a switchover, a standby lost, on one formation and cluster for the module
-(tests/failover.py); tests/test_cluster.py's cases that depend on the database (one winner of a
+A host lost, a switchover, a standby lost, and the backups restored across a switchover and a host lost
+(last: it leaves a host lost), on one formation and cluster for the module (tests/failover.py); tests/test_cluster.py's cases that depend on the database (one winner of a
 duplicate race, a revoke seen from the next request) run here too, on this tier. Network partitions
 are tests/test_partitions.py's.
 """
@@ -34,10 +34,12 @@ from tests.failover import (  # noqa: F401 (the fixtures)
     database,
     healthy,
     issue_token,
+    restored_plant_ids,
+    scheduled_backup,
     stored_ids,
     wait_for_promotion,
 )
-from tests.live import Load, entry_points, live_env, manage_on, request
+from tests.live import Load, create_many, entry_points, live_env, manage_on, request
 
 pytestmark = [pytest.mark.postgres, pytest.mark.live]
 
@@ -404,3 +406,98 @@ def test_standby_lost_creates_go_on_on_the_primary_alone_and_the_primary_lost_to
     assert healthy.primary() is primary and acknowledged <= stored_ids(primary)
     assert not refused & stored_ids(primary)
     wait_until(lambda: acknowledged <= stored_ids(standby), None, 10, "the standby's copy")
+
+
+def test_a_point_in_time_restore_across_a_switchover_and_a_lost_primary_brings_back_every_create_up_to_the_moment(
+    healthy, cluster
+):
+    """docs/operating.md's backups on the pair: a full backup, then a switchover, then the primary's host
+    lost with creates in a WAL segment it had not archived yet; restored from that one backup (the newest
+    before each moment) to a moment before the switchover, one after it, and the last before the loss,
+    each restore holds exactly the plants stored at its moment."""
+    token = issue_token(healthy, "backup-drill-client")
+    plant_ids = iter(range(600_000, 700_000))
+    moments: dict[str, tuple[str, set[int]]] = {}  # the moment's time, as an operator reads it, and the plants then
+
+    def create(count: int, name: str) -> None:
+        answers = create_many(cluster.url, token, [next(plant_ids) for _ in range(count)], name)
+        assert {status for status, _ in answers} == {200}, answers[:3]
+
+    def served_again() -> None:
+        """Once HAProxy has the units back (their health checks failed while no node took writes)."""
+        retried = iter(range(700_000 + len(moments) * 1000, 701_000 + len(moments) * 1000))
+        wait_until(
+            lambda: request(f"{cluster.url}/plants", {"id": next(retried), "name": "Rose"}, token)[0] == 200,
+            None, FAILOVER_SECONDS, "a create after the promotion",
+        )  # fmt: skip
+
+    def moment(name: str) -> None:
+        primary = healthy.primary()
+        (now,) = FailoverDatabase.execute(primary, "SELECT now()::text")[0]
+        moments[name] = (now, stored_ids(primary))
+
+    first = healthy.primary()
+    first_timeline = timeline(first)
+    create(50, "before the backup")
+    # The weekly full backup, scheduled on both nodes: only the primary's host takes it.
+    assert backups_scheduled_on_both_nodes(healthy, "full") == {first.name: (0, "")}
+    # pgBackRest picks the backup for a moment by its stop time, in whole seconds: past the backup's second.
+    (stanza,) = json.loads(healthy.pgbackrest(first, "--output=json", "info"))
+    wait_until(lambda: time.time() >= stanza["backup"][-1]["timestamp"]["stop"] + 1, None, 5, "the next second")
+    create(50, "before the switchover")
+    moment("before the switchover")
+    healthy.switchover()
+    second = healthy.primary()
+    served_again()
+    create(50, "after the switchover")
+    moment("after the switchover")
+    create(50, "after that moment")
+    # On the new primary's host: a WAL segment switched now reaches the repository, on its new timeline.
+    healthy.pgbackrest(second, "check")
+    assert (timeline(second), archived_timeline(healthy, second)) == (first_timeline + 1, first_timeline + 1)
+
+    create(50, "before the primary's host is lost")
+    moment("before the primary's host is lost")
+    (current, archived) = FailoverDatabase.execute(
+        second, "SELECT pg_walfile_name(pg_current_wal_lsn()), last_archived_wal FROM pg_stat_archiver"
+    )[0]
+    assert current > archived  # those creates are in a segment the lost host never archives
+    second.kill()
+    third = wait_for_promotion(healthy, second)
+    served_again()
+    create(50, "after the failover")  # a moment is reached in the WAL by the first commit after it
+    # What docs/operating.md has operators run after a failover, on the new primary's host: the check
+    # archives the new timeline's first segment, which holds the lost primary's unarchived creates.
+    healthy.pgbackrest(third, "check")
+    ((node_name, (status, output)),) = backups_scheduled_on_both_nodes(healthy, "diff").items()
+    assert (node_name, status) == (third.name, 0)
+    assert output.startswith("WARN: a timeline switch has occurred since the "), output  # cron mails it
+
+    restored = {name: restored_plant_ids(healthy, target) for name, (target, _) in moments.items()}
+    assert restored == {name: stored for name, (_, stored) in moments.items()}
+    assert archived_timeline(healthy, third) == first_timeline + 2
+    (stanza,) = json.loads(healthy.pgbackrest(third, "--output=json", "info"))
+    assert [backup["type"] for backup in stanza["backup"]] == ["full", "diff"]
+
+
+def backups_scheduled_on_both_nodes(database: FailoverDatabase, kind: str) -> dict[str, tuple[int, str]]:
+    """The cron line run on every running node: the (exit status, output) of each that ran pgBackRest.
+    The others' line ends at its test of the primary, silently (status 1, no output)."""
+    ran = {}
+    for node in database.nodes:
+        if node.process.poll() is None:
+            done = scheduled_backup(database, node, kind)
+            if (done.returncode, done.stdout + done.stderr) != (1, ""):
+                ran[node.name] = (done.returncode, done.stdout + done.stderr)
+    return ran
+
+
+def timeline(node: DataNode) -> int:
+    (wal_file,) = FailoverDatabase.execute(node, "SELECT pg_walfile_name(pg_current_wal_lsn())")[0]
+    return int(wal_file[:8], 16)
+
+
+def archived_timeline(database: FailoverDatabase, node: DataNode) -> int:
+    """The timeline of the newest WAL segment in the repository, as `pgbackrest info` shows it."""
+    (stanza,) = json.loads(database.pgbackrest(node, "--output=json", "info"))
+    return int(stanza["archive"][0]["max"][:8], 16)
