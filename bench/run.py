@@ -240,7 +240,7 @@ def main() -> None:
         "targets": {
             name: {"server": server, "path": path, "heading": heading}
             for name, (server, path, heading) in TARGETS.items()
-        },  # fmt: skip
+        },
         "rounds": rounds,
         "open_loop": points,
         "peak_rss_mib": {name: peak_rss[server] for name, (server, *_) in TARGETS.items()},
