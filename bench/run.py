@@ -293,7 +293,7 @@ def open_loop_points(servers: dict, token: str, capacity: dict) -> list[dict]:
     common = COMMON_SHARE * capacity["service"]
     plan = [[(name, share * capacity[name], share, False) for name in TARGETS] for share in LOAD_SHARES]
     plan.append([(name, common, None, True) for name in TARGETS])
-    total = sum(open_loop.point_seconds(rate) + 2 for step in plan for _, rate, *_ in step)
+    total = sum(open_loop.point_seconds(rate) + 3 for step in plan for _, rate, *_ in step)
     print(f"open loop: {sum(map(len, plan))} points, about {total / 60:.0f} minutes", flush=True)
     points = []
     for index, step in enumerate(plan):
@@ -470,11 +470,11 @@ def method_lines(run: dict) -> list[str]:
         "service's Granian settings); every target started from a cleared environment",
         "- Database: a throwaway PostgreSQL on 127.0.0.1, read back from the server at the start and at the end: "
         + ", ".join(f"`{name}={value}`" for name, value in database_settings.items()),
-        f"- Throughput: `wrk -t{method['wrk_threads']} -c{method['connections']} -d{method['seconds']}s`, "
+        f"- Throughput: `wrk -t{method['wrk_threads']} -c{method['connections']} -d{method['seconds']}s` on the same machine, "
         f"{method['rounds']} rounds of every target (rotating which goes first) after a warm-up; CPU per create "
         "counts the unit's processes (nginx, the app server) and PostgreSQL's (postmaster, backends, walwriter, "
         "checkpointer, ...), each run between two `CHECKPOINT`s",
-        f"- Latency: k6's constant-arrival-rate (open loop, `bench/create.js`) at {shares} of each target's own "
+        f"- Latency: k6's constant-arrival-rate (open loop, `bench/create.js`, on the same machine) at {shares} of each target's own "
         f"median throughput and at one common rate ({method['common_share']:.0%} of the service's); each point "
         f"{method['latency_requests']:,} requests or more ({method['latency_min_seconds']} s at least) after a "
         f"`CHECKPOINT`, latency from each request's scheduled start; saturated (marked) when a request was dropped "
