@@ -222,6 +222,7 @@ def main() -> None:
             server.stop()
     run = {
         "when": f"{started:%Y-%m-%dT%H:%MZ}",
+        "minutes": round((datetime.now(UTC) - started).total_seconds() / 60, 1),
         "code": runs.code_version(),
         "machine": machine(),
         "database": {"at the start": durable, "at the end": require_durable("at the end")},
@@ -404,7 +405,8 @@ def target_rows(run: dict) -> list[str]:
 
 def report(run: dict) -> list[str]:
     """The full report of one run (benchmarks/make-bench.md): every target, every figure, every estimator."""
-    lines = [f"# make bench, {run['when']} UTC", "", *method_lines(run), "", *target_rows(run), ""]
+    lines = [f"# make bench, {run['when']} UTC, {run['minutes']} minutes", "", *method_lines(run), ""]
+    lines += [*target_rows(run), ""]
     lines += [
         "| target | closed-loop p50 / p99 (wrk, median of rounds) | non-2xx / socket errors | 2xx answers / rows "
         "stored | requests answered / counted / logged (equal work) | peak app worker memory (VmHWM) |",
