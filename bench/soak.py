@@ -2,8 +2,8 @@
 each minute: each app worker's resident memory and open files, the database's connections, and the
 minute's p50, p99 and failures. Run under scripts/with-postgres (PostgreSQL as production runs it).
 
-The load is Locust's open loop (bench/locustfile.py) at SOAK_RATE creates a second (200, about half
-this machine's capacity), one run a minute. After a first minute of warm-up, the figures must stay
+The load is k6's open loop (bench/open_loop.py, bench/create.js) at SOAK_RATE creates a second (200,
+about half this machine's capacity), one run a minute. After a first minute of warm-up, the figures must stay
 flat within the bounds below, or it exits 1. Prints the table and writes its section of BENCHMARKS.md.
 """
 
@@ -13,8 +13,9 @@ import sys
 import time
 from pathlib import Path
 
+from bench.open_loop import k6
 from bench.report import write_section
-from bench.run import ENV, ID_BLOCK, LOG_DIR, locust, prepare, psql
+from bench.run import BENCH_HOST, ENV, ID_BLOCK, LOG_DIR, prepare, psql
 from bench.servers import unit as bench_unit
 from deploy.app_server import granian_command
 
@@ -51,14 +52,14 @@ def main() -> int:
     try:
         workers = unit.worker_pids()
         for minute in range(1, MINUTES + 1):
-            figures = locust(unit.url, "/plants", token, ID_BLOCK * (2000 + minute), RATE, seconds=60)
+            figures = k6(f"{unit.url}/plants", token, BENCH_HOST, ID_BLOCK * (2000 + minute), RATE, seconds=60)
             rss, files = worker_figures(workers)
             samples.append({
                 "minute": minute, **figures, "rss": rss, "files": files, "connections": int(psql(CONNECTIONS)),
             })  # fmt: skip
             print(
-                f"minute {minute:2}: {figures['rps']:.0f}/s, p50 {figures['p50_ms']:.0f} ms, p99 {figures['p99_ms']:.0f} "
-                f"ms, {figures['failures']} failed; RSS {', '.join(f'{r:.0f}' for r in rss)} MiB; open files "
+                f"minute {minute:2}: {figures['achieved']:.0f}/s, p50 {figures['p50_ms']:.0f} ms, p99 "
+                f"{figures['p99_ms']:.0f} ms, {figures['failed']} failed, {figures['dropped']} dropped; RSS {', '.join(f'{r:.0f}' for r in rss)} MiB; open files "
                 f"{', '.join(map(str, files))}; {samples[-1]['connections']} database connections",
                 flush=True,
             )
@@ -84,19 +85,20 @@ def report(samples: list[dict]) -> int:
         "database connections do not grow": max(s["connections"] for s in steady) <= first["connections"],
         "the last quarter's median p99 is at most 2 × the first quarter's": statistics.median(s["p99_ms"] for s in tail)
         <= P99_GROWTH * statistics.median(s["p99_ms"] for s in head),
-        "no request failed": not any(s["failures"] for s in samples),
+        "no request failed": not any(s["failed"] for s in samples),
+        "no request dropped, every minute answered its rate (not saturated)": not any(s["saturated"] for s in samples),
     }
     lines = [
         f"`python -m bench.soak` (`make soak`), {time.strftime('%Y-%m-%d')}: the service as `make serve` runs it "
         f"({ENV['APP_PROCESSES']} processes × {ENV['APP_THREADS']} threads), PostgreSQL as production runs it, "
-        f"Locust's open loop at {RATE:.0f} creates/s for {len(samples)} minutes, sampled at the end of each minute.",
+        f"k6's open loop (constant-arrival-rate) at {RATE:.0f} creates/s for {len(samples)} minutes, sampled at the end of each minute.",
         "",
         "| minute | creates/s | p50 | p99 | failed | RSS per worker | open files per worker | database connections |",
         "|---:|---:|---:|---:|---:|---|---|---:|",
     ]
     for s in samples:
         lines.append(
-            f"| {s['minute']} | {s['rps']:.0f} | {s['p50_ms']:.0f} ms | {s['p99_ms']:.0f} ms | {s['failures']} | "
+            f"| {s['minute']} | {s['achieved']:.0f} | {s['p50_ms']:.0f} ms | {s['p99_ms']:.0f} ms | {s['failed']} | "
             f"{', '.join(f'{r:.0f}' for r in s['rss'])} MiB | {', '.join(map(str, s['files']))} | {s['connections']} |"
         )
     lines += ["", "Flat, from minute 2 to the last:"]

@@ -147,6 +147,9 @@ class FailoverDatabase:
         self.bin = postgresql_bin()
         self.database = database
         self.supervised = supervised
+        # PG_DURABLE=1 (make bench-cluster): every commit flushed to disk on each node, as production
+        # runs it; else fsync off (localcluster/config/failover-node.conf says why).
+        self.durable = os.environ.get("PG_DURABLE", "0") == "1"
         self.work_dir = Path(tempfile.mkdtemp(prefix="plantstore-failover."))
         self.work_dir.chmod(0o755)
         if os.geteuid() == 0:
@@ -250,7 +253,10 @@ class FailoverDatabase:
         deploy/postgresql-archiving.conf (the standbys copy them)."""
         self.run([str(self.bin / "initdb"), "-D", str(node.pgdata), "-U", "postgres", "--auth=trust", "-E", "UTF8"])
         node_conf = render(
-            CONFIG / "failover-node.conf", self.work_dir / "failover-node.conf", MAX_CONNECTIONS="200", FSYNC="off"
+            CONFIG / "failover-node.conf",
+            self.work_dir / "failover-node.conf",
+            MAX_CONNECTIONS="200",
+            FSYNC="on" if self.durable else "off",
         )
         with (node.pgdata / "postgresql.conf").open("a") as conf:
             conf.write("\n" + node_conf.read_text())

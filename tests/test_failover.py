@@ -6,6 +6,7 @@ duplicate race, a revoke seen from the next request) run here too, on this tier.
 are tests/test_partitions.py's.
 """
 
+import itertools
 import json
 import logging
 import os
@@ -39,7 +40,7 @@ from tests.failover import (  # noqa: F401 (the fixtures)
     stored_ids,
     wait_for_promotion,
 )
-from tests.live import Load, create_many, entry_points, live_env, manage_on, request
+from tests.live import Load, create_many, entry_points, live_env, live_unit, manage_on, request
 
 pytestmark = [pytest.mark.postgres, pytest.mark.live]
 
@@ -304,6 +305,60 @@ def test_token_revoked_just_before_a_failover_is_refused_after_it_and_rate_count
     assert token_count(counted, kept) == 3
     assert {key: counted_after[key] for key in counted} == counted
     assert token_count(counts(), kept) == 4
+
+
+def test_database_store_starts_a_tokens_count_afresh_after_a_failover_and_after_a_switchover(healthy, tmp_path):
+    """Without REDIS_URL a unit counts in the primary's UNLOGGED table, which no standby receives
+    (docs/api.md, "Rate limits"): after a failover, and after a planned switchover, a token's count
+    starts afresh, its quota granted once more in that window. A create is refused 429 only past the
+    limit, and answered 503 only while no node takes writes; every 200 is stored on the primary."""
+    manage_on(healthy.url, "migrate", "--no-input", "-v", "0")  # done already if the module's cluster started
+    counted, probe = issue_token(healthy, "store-client"), issue_token(healthy, "store-probe")
+    unit = live_unit(tmp_path, DATABASE_URL=healthy.url, PLANTS_THROTTLE_RATE="3/day").start()
+    ids, sent = itertools.count(60_000), []  # sent: (id, status) of every create, both tokens'
+
+    def create(token: str) -> tuple[int | None, str | None]:
+        """One create: its status, and what its RateLimit header says is left."""
+        plant_id = next(ids)
+        status, headers, _ = request(f"{unit.url}/plants", {"id": plant_id, "name": "Fern"}, token)
+        sent.append((plant_id, status))
+        return status, (headers or {}).get("RateLimit", "").removeprefix('"default";').split(";")[0] or None
+
+    def spend() -> list[tuple[int | None, str | None]]:
+        return [create(counted) for _ in range(4)]
+
+    def writable() -> bool:
+        """A create of the probe token (a count of its own), retried as a client would until a node takes writes."""
+        return create(probe)[0] == 200
+
+    try:
+        wait_out_the_end_of_the_day()
+        before = spend()
+        old_primary = healthy.primary()
+        old_primary.kill()
+        wait_for_promotion(healthy, old_primary)
+        wait_until(writable, None, FAILOVER_SECONDS, "a create after the failover")
+        after_the_failover = spend()
+        old_primary.start()  # it rejoins as the standby, then is made primary again by the switchover
+        healthy.wait_until_healthy(timeout=120)
+        healthy.switchover()
+        wait_until(writable, None, SWITCHOVER_SECONDS, "a create after the switchover")
+        after_the_switchover = spend()
+    finally:
+        unit.stop()
+
+    spent = [(200, "r=2"), (200, "r=1"), (200, "r=0"), (429, "r=0")]
+    assert (before, after_the_failover, after_the_switchover) == (spent, spent, spent)
+    assert {status for _, status in sent} <= {200, 429, 503}
+    created = {plant_id for plant_id, status in sent if status == 200}
+    assert stored_ids(healthy.primary()) & {plant_id for plant_id, _ in sent} == created
+
+
+def wait_out_the_end_of_the_day(margin: float = 300) -> None:
+    """A unit counts on the real clock: keep one test's requests inside one daily window."""
+    left = 86_400 - time.time() % 86_400
+    if left < margin:
+        time.sleep(left + 1)
 
 
 def token_count(counts: dict[bytes, int], secret: str) -> int:
