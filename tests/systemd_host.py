@@ -162,7 +162,13 @@ class SystemdHost:
         return self.wait_booted()
 
     def remove(self) -> None:
-        self.podman("rm", "-f", "-t", "0", self.name, check=False)
+        """Kill it at once; its files (the venvs, 6 s of removing) go in the background: a removal
+        that fails leaves a container that the next run removes (remove_left_behind)."""
+        self.podman("kill", self.name, check=False)
+        command = ["podman", "rm", "-f", "-t", "0", self.name]
+        subprocess.Popen(
+            command, env=self.podman.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
 
 
 def systemd_host_image(podman: Podman) -> str:

@@ -9,101 +9,20 @@ import time
 
 import pytest
 
-from deploy.processes import ROOT, wait_until
-from tests.live import Load, request
-from tests.systemd_host import REPOSITORY
+from deploy.processes import wait_until
+from tests.installed_unit import (
+    ENV_FILE,
+    FAILOVER_URL,
+    MANAGE,
+    RATE,
+    SQLITE_URL,
+    Deployed,
+    command_blocks,
+)
+from tests.live import request
 
 # One host per module; the host is no database of the run's: once, in the SQLite pass, as the container tests.
 pytestmark = [pytest.mark.live, pytest.mark.container]
-
-ENV_FILE = "/etc/plantstore/plantstore.env"
-# .env.example's failover pair (a primary and its standby): nothing answers on 5433, so libpq goes
-# on to 5432, the host's PostgreSQL. The URL has `&` in it, as .env.example's form has.
-FAILOVER_URL = (
-    "postgres://plantstore:{password}@/plantstore?host=127.0.0.1,127.0.0.1&port=5433,5432"
-    "&target_session_attrs=read-write&connect_timeout=2"
-)
-SQLITE_URL = "sqlite:////var/lib/plantstore/db.sqlite3"
-# A day's window, far above what the loads send: the limit stays on, counted, never reached.
-RATE = 1_000_000
-# How the docs' management commands run on the host (docs/operating.md, Tokens).
-MANAGE = "cd /opt/plantstore && deploy/plantstore-manage"
-
-
-def command_blocks() -> list[str]:
-    """The shell blocks of docs/deploying.md's "Installing it as a systemd service", in order, with
-    `<this repository>` replaced by the host's: the install, each release, each release in a folder."""
-    section = (ROOT / "docs" / "deploying.md").read_text().split("### Installing it as a systemd service\n")[1]
-    blocks = re.findall(r"^```sh\n(.*?)^```", section.split("\n### ")[0], re.MULTILINE | re.DOTALL)
-    return [block.replace("<this repository>", REPOSITORY) for block in blocks]
-
-
-class Deployed:
-    """The service on the host, as the docs install it: what the tests do to it as its operator."""
-
-    def __init__(self, host):
-        self.host, self.url = host, host.url
-        self.outcome: dict[str, object] = {}
-
-    def configure(self, **settings: str) -> None:
-        """Set `settings` in the environment file, in place of its lines of the same name, as an operator edits it."""
-        lines = self.host.run(f"cat {ENV_FILE}").stdout.splitlines()
-        for name, value in settings.items():
-            found = [index for index, line in enumerate(lines) if line.startswith(f"{name}=")]
-            if found:
-                lines[found[0]] = f"{name}={value}"
-            else:
-                lines.append(f"{name}={value}")
-        self.host.run(f"cat >{ENV_FILE}", input="\n".join(lines) + "\n")  # `>` keeps its mode, 600
-
-    def unconfigure(self, *names: str) -> None:
-        """Remove the lines of `names` from the environment file."""
-        lines = self.host.run(f"cat {ENV_FILE}").stdout.splitlines()
-        kept = [line for line in lines if line.split("=", 1)[0] not in names]
-        self.host.run(f"cat >{ENV_FILE}", input="\n".join(kept) + "\n")
-
-    def restart(self) -> int:
-        """systemctl restart: its exit status, once the unit is ready again (Type=notify)."""
-        return self.host.run("systemctl restart plantstore", check=False).returncode
-
-    def token(self, name: str) -> str:
-        return self.host.run(f"{MANAGE} token issue {name}").stdout.strip()
-
-    def create(self, plant_id: int, token: str, name: str = "Monstera", **headers: str):
-        """A create through the host's nginx, as its TLS proxy sends it on (the proxy is this machine)."""
-        return request(f"{self.url}/plants", {"id": plant_id, "name": name}, token, proxy="127.0.0.1", **headers)
-
-    def load(self, token: str, first_id: int, **options) -> Load:
-        return Load(f"{self.url}/plants", token, first_id=first_id, proxy="127.0.0.1", **options)
-
-    def show(self, *properties: str) -> dict[str, str]:
-        shown = self.host.run(f"systemctl show plantstore -p {','.join(properties)}").stdout.splitlines()
-        return dict(line.split("=", 1) for line in shown)
-
-    def processes(self) -> dict[int, tuple[int, str]]:
-        """The service user's processes: {pid: (parent pid, command line)}."""
-        listed = self.host.run("ps -u plantstore -o pid=,ppid=,args= || true").stdout.splitlines()
-        return {int(pid): (int(ppid), args) for pid, ppid, args in (line.split(None, 2) for line in listed)}
-
-    def app_workers(self) -> set[int]:
-        """Granian's workers: the children of the app server, serve.py's child that is not nginx."""
-        processes, main = self.processes(), int(self.show("MainPID")["MainPID"])
-        [app] = [pid for pid, (parent, args) in processes.items() if parent == main and "nginx" not in args]
-        return {pid for pid, (parent, _) in processes.items() if parent == app}
-
-    def journal(self, since: str, *options: str) -> list[str]:
-        """journalctl -u plantstore -o cat: the unit's lines from `since` (now()'s) on."""
-        return self.host.journal("-u plantstore -o cat", f"--since=@{since}", *options).splitlines()
-
-    def now(self) -> str:
-        """The host's time, for journal(): journalctl --after-cursor finds nothing with -u on systemd 252."""
-        return self.host.run("date +%s.%N").stdout.strip()
-
-    def wait_healthy(self, timeout: float = 60) -> int:
-        deadline = time.monotonic() + timeout
-        while (status := request(f"{self.url}/healthz", proxy="127.0.0.1")[0]) != 200 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        return status
 
 
 @pytest.fixture(scope="module")
@@ -175,7 +94,7 @@ def test_a_release_in_a_folder_of_its_own_switched_and_reloaded_under_load_fails
         load.wait_for(50)
         # The switch and the reload, as written, $release being the folder the lines above made.
         reloaded = deployed.host.run("\n".join([f"release={release}", *lines[switch:]]), check=False)
-        wait_for_line(deployed, since, "serve: the old app server has stopped")
+        deployed.wait_for_line(since, "serve: the old app server has stopped")
         answered_after = len(load.answers)
         load.wait_for(answered_after + 300)
     new_workers = deployed.app_workers()
@@ -229,8 +148,8 @@ def test_the_journal_holds_the_app_s_request_lines_and_nginx_s(deployed):
     token, since, request_id = deployed.token("journal-client"), deployed.now(), secrets.token_hex(16)
     created = deployed.create(30_000, token, X_Request_Id=request_id)
     traced = request(f"{deployed.url}/plants", method="TRACE", proxy="127.0.0.1")  # nginx answers it alone
-    app_line = wait_for_line(deployed, since, request_id)
-    nginx_lines = wait_for_line(deployed, since, '"TRACE"', "-t nginx")
+    app_line = deployed.wait_for_line(since, request_id)
+    nginx_lines = deployed.wait_for_line(since, '"TRACE"', "-t nginx")
 
     assert (created[0], traced[0]) == (200, 405)
     assert re.fullmatch(
@@ -367,7 +286,7 @@ def test_with_opentelemetry_on_its_workers_export_spans_from_its_sandbox_to_the_
         restarted = deployed.restart()
         token, since = deployed.token("tracing-client"), deployed.now()
         created = deployed.create(60_000, token, traceparent=f"00-{trace_id}-00f067aa0ba902b7-01")
-        log_line = wait_for_line(deployed, since, f'"trace_id": "{trace_id}"')
+        log_line = deployed.wait_for_line(since, f'"trace_id": "{trace_id}"')
 
         def server_spans() -> list[dict]:  # the spans its workers wrote to their output, the journal
             return [
@@ -443,16 +362,3 @@ def test_on_sqlite_in_its_state_directory_it_migrates_serves_reloads_and_counts_
         (200, f"r={RATE - 2}"),
     ]
     assert owner.splitlines() == ["plantstore 700", "plantstore 644"]
-
-
-def wait_for_line(deployed: Deployed, since: str, text: str, *options: str, timeout: float = 10) -> str:
-    """The first line of the unit's journal from `since` on that holds `text`, waiting for it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        lines = deployed.journal(since, *options)
-        found = [line for line in lines if text in line]
-        if found:
-            return found[0]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no line with {text!r} in the journal:\n" + "\n".join(lines[-30:]))
-        time.sleep(0.2)
