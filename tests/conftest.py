@@ -96,7 +96,6 @@ SLOWEST_MODULES = [
     "test_stop.py",
     "test_cluster.py",
     "test_failover.py",
-    "test_systemd_unit.py",
     "test_traces_exported.py",
 ]
 

@@ -3,6 +3,7 @@ reached over loopback alone, with the checkout under test as the repository its 
 
 import os
 import pty
+import re
 import select
 import subprocess
 import tempfile
@@ -24,6 +25,8 @@ NGINX_PORT = 8000
 PREFIX = "plantstore-host-"
 PIP_CACHE = CACHE / "systemd-host-pip"  # pip's downloads, kept between runs (never a secret)
 BOOT_S = 120
+# A terminal's control sequences: CSI (ESC [ ... letter) and OSC (ESC ] ... BEL or ESC \).
+TERMINAL_CONTROLS = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 
 
 def checkout_repository(folder: Path) -> Path:
@@ -142,7 +145,8 @@ class SystemdHost:
                         shown += os.read(controller, 4096)
                     except OSError:  # the terminal closed: the command has exited
                         break
-                prompt = shown[answered_up_to:].rsplit(b"\n", 1)[-1].decode(errors="replace")
+                last_line = shown[answered_up_to:].rsplit(b"\n", 1)[-1].decode(errors="replace")
+                prompt = TERMINAL_CONTROLS.sub("", last_line)  # systemd 257's --pty titles the window
                 answer = next((value for key, value in answers.items() if prompt.startswith(key)), None)
                 if answer is not None and prompt.endswith(": "):
                     os.write(controller, f"{answer}\r".encode())
