@@ -22,11 +22,11 @@ RATE = 1_000_000
 MANAGE = "cd /opt/plantstore && deploy/plantstore-manage"
 
 
-def command_blocks() -> list[str]:
-    """The shell blocks of docs/deploying.md's "Installing it as a systemd service", in order, with
-    `<this repository>` replaced by the host's: the install, each release, each release in a folder."""
-    section = (ROOT / "docs" / "deploying.md").read_text().split("### Installing it as a systemd service\n")[1]
-    blocks = re.findall(r"^```sh\n(.*?)^```", section.split("\n### ")[0], re.MULTILINE | re.DOTALL)
+def command_blocks(page: str = "deploying.md", heading: str = "### Installing it as a systemd service") -> list[str]:
+    """The shell blocks of the section `heading` of docs/`page`, in order, with `<this repository>`
+    replaced by the host's. By default the install, each release, each release in a folder."""
+    section = (ROOT / "docs" / page).read_text().split(f"{heading}\n")[1]
+    blocks = re.findall(r"^```sh\n(.*?)^```", re.split(r"\n#{2,3} ", section)[0], re.MULTILINE | re.DOTALL)
     return [block.replace("<this repository>", REPOSITORY) for block in blocks]
 
 

@@ -61,7 +61,10 @@ def deployed(systemd_host) -> Deployed:
 
 def test_installed_as_the_docs_say_it_starts_once_ready_on_the_failover_pair_s_url(deployed):
     tables = deployed.host.run("cd / && runuser -u postgres -- psql -At -d plantstore -c '\\dt'").stdout
-    token = deployed.token("docs-client")
+    # docs/operating.md's token issue under the unit, as written: the token alone on standard output.
+    [issue] = [block for block in command_blocks("operating.md", "## Tokens") if "plantstore-manage" in block]
+    issued = deployed.host.run(issue)
+    token = issued.stdout.strip()
     created = deployed.create(1, token)
     anonymous = deployed.create(2, "")
     other_host = request(f"{deployed.url}/healthz", proxy="127.0.0.1", Host="127.0.0.1")
@@ -75,6 +78,7 @@ def test_installed_as_the_docs_say_it_starts_once_ready_on_the_failover_pair_s_u
     }
     # migrate, through deploy/plantstore-manage, on the failover pair's URL: its tables are in PostgreSQL.
     assert {"plants_plant", "plants_apitoken"} <= {line.split("|")[1] for line in tables.splitlines()}
+    assert (len(issued.stdout.split()), issued.stderr.startswith("Issued token plnt_")) == (1, True)
     assert (created[0], json.loads(created[2]), created[1]["Server"]) == (200, {"id": 1, "name": "Monstera"}, "nginx")
     assert (anonymous[0], other_host[0], json.loads(other_host[2])["error"]) == (401, 400, 40000)
     assert deployed.host.failed_units == []
@@ -352,6 +356,13 @@ def test_on_sqlite_in_its_state_directory_it_migrates_serves_reloads_and_counts_
         restarted_again = deployed.restart()
         after = deployed.create(2, token, name="Fern")
         owner = deployed.host.run("stat -c '%U %a' /var/lib/plantstore /var/lib/plantstore/db.sqlite3").stdout
+        # docs/operating.md's online copy, as written, while the service serves.
+        [backup] = command_blocks("operating.md", "### SQLite: an online copy")
+        deployed.host.run(backup)
+        copied = deployed.host.run(
+            'python3 -c "import sqlite3; print(sorted(row[0] for row in sqlite3.connect('
+            "'/var/lib/plantstore/backup.sqlite3').execute('SELECT id FROM plants_plant')))\""
+        ).stdout
     finally:
         deployed.configure(DATABASE_URL=database_url)
         deployed.restart()
@@ -362,3 +373,4 @@ def test_on_sqlite_in_its_state_directory_it_migrates_serves_reloads_and_counts_
         (200, f"r={RATE - 2}"),
     ]
     assert owner.splitlines() == ["plantstore 700", "plantstore 644"]
+    assert copied == "[1, 2]\n"
