@@ -78,7 +78,8 @@ class Deployed:
         return {int(pid): (int(ppid), args) for pid, ppid, args in (line.split(None, 2) for line in listed)}
 
     def app_workers(self) -> set[int]:
-        """Granian's workers: the children of the app server, serve.py's child that is not nginx."""
+        """Granian's workers: the children of the app server, serve.py's child that is not nginx (one,
+        once a reload's old app server has stopped)."""
         processes, main = self.processes(), int(self.show("MainPID")["MainPID"])
         [app] = [pid for pid, (parent, args) in processes.items() if parent == main and "nginx" not in args]
         return {pid for pid, (parent, _) in processes.items() if parent == app}

@@ -130,7 +130,7 @@ class SystemdHost:
 
     def converse(self, script: str, answers: dict[str, str], timeout: float = 60) -> str:
         """`script` on a terminal of the host (podman exec -t), answering each prompt that starts with a
-        key of `answers` with its value: what the terminal showed."""
+        key of `answers` with its value: what the terminal showed, its control sequences left out."""
         controller, terminal = pty.openpty()
         command = ["podman", "exec", "-it", self.name, "bash", "-c", script]
         process = subprocess.Popen(command, env=self.podman.env, stdin=terminal, stdout=terminal, stderr=terminal)
@@ -155,7 +155,7 @@ class SystemdHost:
         finally:
             process.kill()
             os.close(controller)
-        return shown.decode(errors="replace")
+        return TERMINAL_CONTROLS.sub("", shown.decode(errors="replace"))
 
     def journal(self, *options: str) -> str:
         return self.run(f"journalctl --no-pager {' '.join(options)}", check=False).stdout

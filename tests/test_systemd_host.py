@@ -55,7 +55,9 @@ def deployed(systemd_host) -> Deployed:
     service.outcome["started"] = systemd_host.run("\n".join(lines[: start + 1]), check=False).returncode
     service.outcome["livez_after_start"] = request(f"{service.url}/livez", proxy="127.0.0.1")[0]
     service.outcome["state_after_start"] = service.show("ActiveState", "SubState")
+    since = service.now()
     service.outcome["reloaded"] = systemd_host.run("\n".join(lines[start + 1 :]), check=False).returncode
+    service.wait_for_line(since, "serve: the old app server has stopped", timeout=60)
     return service
 
 
@@ -137,7 +139,9 @@ def test_a_release_that_cannot_import_fails_the_reload_with_the_reason_and_the_r
         load.wait_for(answered_after + 50)
     journal = deployed.journal(since)
     # Back, as the docs say: the link to the previous release, and a reload.
+    since = deployed.now()
     back = deployed.host.run(f"release={good}\n{switch}\nsystemctl reload plantstore", check=False)
+    deployed.wait_for_line(since, "serve: the old app server has stopped", timeout=60)
 
     assert failed.returncode != 0
     assert "systemctl status plantstore" in failed.stderr  # systemctl's own: the reason is in the journal
@@ -271,16 +275,18 @@ def test_deploy_s_manage_script_passes_the_command_s_exit_status_and_output_thro
     assert (as_root, as_user) == ("0 /opt/plantstore 5\n", f"{uid} /opt/plantstore 600\n")
 
 
-def test_createsuperuser_through_it_asks_its_questions_on_the_terminal(deployed):
+def test_on_a_terminal_createsuperuser_through_it_asks_its_questions_and_a_failure_s_status_comes_back(deployed):
     password = secrets.token_urlsafe(16)
     username = f"operator-{secrets.token_hex(4)}"
     answers = {"Username": username, "Email address": "operator@example.com", "Password": password}
     transcript = deployed.host.converse(f"{MANAGE} createsuperuser", answers)
     check = f"from django.contrib.auth.models import User; print(User.objects.get(username='{username}').is_superuser)"
     superuser = deployed.host.run(f'{MANAGE} shell -v 0 -c "{check}"').stdout
+    failed = deployed.host.converse(f"{MANAGE} token revoke nobody; echo exit status $?", {})
 
     assert "Superuser created successfully." in transcript, transcript
     assert superuser == "True\n"
+    assert "CommandError: No active token named 'nobody'.\r\nexit status 1\r\n" in failed, failed
 
 
 def test_with_opentelemetry_on_its_workers_export_spans_from_its_sandbox_to_the_journal(deployed):
