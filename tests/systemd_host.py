@@ -38,7 +38,9 @@ def checkout_repository(folder: Path) -> Path:
         capture_output=True,
     ).stdout.split(b"\0")
     files = b"\0".join(name for name in listed if name and (ROOT / os.fsdecode(name)).is_file())
-    subprocess.run(["tar", "--null", "-T", "-", "-c", "-f", str(folder / "checkout.tar")], cwd=ROOT, input=files)
+    subprocess.run(
+        ["tar", "--null", "-T", "-", "-c", "-f", str(folder / "checkout.tar")], cwd=ROOT, input=files, check=True
+    )
     repository = folder / "plantstore"
     repository.mkdir()
     git = ["git", "-c", "user.name=tests", "-c", "user.email=tests@localhost", "-C", str(repository)]
