@@ -5,6 +5,7 @@ import os
 import pty
 import re
 import select
+import shutil
 import subprocess
 import tempfile
 import time
@@ -20,8 +21,8 @@ REPOSITORY = "/srv/plantstore"
 # Where nginx listens on the host: .env.example's PLANTS_LISTEN (0.0.0.0:8000), published on
 # 127.0.0.1 of this machine alone.
 NGINX_PORT = 8000
-# The host's containers are named for the test process that booted them, so that a run can remove
-# those a killed run left behind.
+# The host's containers and folders are named for the test process that made them, so that a run
+# can remove those a killed run left behind.
 PREFIX = "plantstore-host-"
 PIP_CACHE = CACHE / "systemd-host-pip"  # pip's downloads, kept between runs (never a secret)
 BOOT_S = 120
@@ -55,12 +56,19 @@ def checkout_repository(folder: Path) -> Path:
 
 
 def remove_left_behind(podman: Podman) -> None:
-    """Remove the hosts of test processes that no longer run (a run killed before its teardown)."""
+    """Remove the hosts, and their folders, of test processes that no longer run (a run killed before
+    its teardown)."""
     names = podman("ps", "-a", "--format", "{{.Names}}", "--filter", f"name=^{PREFIX}").stdout.split()
     for name in names:
-        pid = name.removeprefix(PREFIX).split("-")[0]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+        if not running(name.removeprefix(PREFIX).split("-")[0]):
             podman("rm", "-f", "-t", "0", name, check=False)
+    for folder in Path(tempfile.gettempdir()).glob(f"{PREFIX}*.*"):
+        if not running(folder.name.removeprefix(PREFIX).split(".")[0]):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def running(pid: str) -> bool:
+    return not pid.isdigit() or Path(f"/proc/{pid}").exists()
 
 
 class SystemdHost:
@@ -192,7 +200,7 @@ def booted_host():
     podman = Podman(f"{PREFIX}{os.getpid()}")
     remove_left_behind(podman)
     image = systemd_host_image(podman)
-    with tempfile.TemporaryDirectory(prefix="plantstore-host.") as work_dir:
+    with tempfile.TemporaryDirectory(prefix=f"{PREFIX}{os.getpid()}.") as work_dir:
         host = SystemdHost(podman, image, Path(work_dir))
         try:
             yield host.boot()
