@@ -1,6 +1,7 @@
 """A Debian host with systemd as PID 1 for the tests: scripts/systemd-host's image booted by podman,
 reached over loopback alone, with the checkout under test as the repository its operator clones."""
 
+import hashlib
 import os
 import pty
 import re
@@ -24,7 +25,10 @@ NGINX_PORT = 8000
 # The host's containers and folders are named for the test process that made them, so that a run
 # can remove those a killed run left behind.
 PREFIX = "plantstore-host-"
-PIP_CACHE = CACHE / "systemd-host-pip"  # pip's downloads, kept between runs (never a secret)
+# The host's pip installs from a wheelhouse of requirements.txt's pins (an operator's /etc/pip.conf:
+# no index, these wheels), made once per Debian release and requirements.txt, the one time the host
+# reaches PyPI; its older ones for that release are removed then.
+WHEELS = CACHE / "systemd-host-wheels"
 BOOT_S = 120
 # A terminal's control sequences: CSI (ESC [ ... letter) and OSC (ESC ] ... BEL or ESC \).
 TERMINAL_CONTROLS = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
@@ -85,11 +89,11 @@ class SystemdHost:
         self.failed_units: list[str] = []
 
     def boot(self) -> "SystemdHost":
-        PIP_CACHE.mkdir(parents=True, exist_ok=True)
+        WHEELS.mkdir(parents=True, exist_ok=True)
         ca_bundle = (
             os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE") or "/etc/ssl/certs/ca-certificates.crt"
         )
-        mounts = [f"{self.repository}:{REPOSITORY}:ro", f"{PIP_CACHE}:/root/.cache/pip"]
+        mounts = [f"{self.repository}:{REPOSITORY}:ro", f"{WHEELS}:/srv/wheels"]
         if Path(ca_bundle).is_file():  # this machine's authorities (an egress proxy's): for pip, never in the image
             mounts.append(f"{ca_bundle}:/etc/ssl/certs/ca-certificates.crt:ro")
         self.podman(
@@ -107,7 +111,28 @@ class SystemdHost:
             self.image,
             "/sbin/init",
         )
-        return self.wait_booted()
+        self.wait_booted()
+        return self.use_wheelhouse()
+
+    def use_wheelhouse(self) -> "SystemdHost":
+        """pip on the host installs requirements.txt's pins from WHEELS alone, downloaded there first if need be."""
+        release = self.image.rpartition(":")[2].split("-")[0]  # the image's tag: SUITE-HASH
+        pins = hashlib.sha256((self.repository / "requirements.txt").read_bytes()).hexdigest()[:12]
+        wheels = f"{release}-{pins}"
+        if not (WHEELS / wheels).is_dir():
+            self.run(
+                f"python3 -m venv /tmp/wheels && /tmp/wheels/bin/pip download -q -d /srv/wheels/{wheels}.{self.name}"
+                f" -r {REPOSITORY}/requirements.txt && rm -r /tmp/wheels"
+            )
+            try:
+                (WHEELS / f"{wheels}.{self.name}").rename(WHEELS / wheels)  # whole or not at all
+            except OSError:  # another run's came first
+                shutil.rmtree(WHEELS / f"{wheels}.{self.name}")
+            for older in WHEELS.glob(f"{release}-*"):
+                if older.name != wheels and "." not in older.name:  # not one being filled
+                    shutil.rmtree(older, ignore_errors=True)
+        self.run("cat >/etc/pip.conf", input=f"[global]\nno-index = true\nfind-links = /srv/wheels/{wheels}\n")
+        return self
 
     def wait_booted(self) -> "SystemdHost":
         """Wait until systemd has started every unit: `running`, or `degraded` (failed_units say which)."""
