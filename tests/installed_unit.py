@@ -36,6 +36,7 @@ class Deployed:
     def __init__(self, host: SystemdHost):
         self.host, self.url = host, host.url
         self.outcome: dict[str, object] = {}
+        self.token = ""  # a token of the service's, issued as docs/operating.md says
 
     def configure(self, **settings: str) -> None:
         """Set `settings` in the environment file, in place of its lines of the same name, as an operator edits it."""
@@ -58,7 +59,7 @@ class Deployed:
         """systemctl restart: its exit status, once the unit is ready again (Type=notify)."""
         return self.host.run("systemctl restart plantstore", check=False).returncode
 
-    def token(self, name: str) -> str:
+    def issue(self, name: str) -> str:
         return self.host.run(f"{MANAGE} token issue {name}").stdout.strip()
 
     def create(self, plant_id: int, token: str, name: str = "Monstera", **headers: str):

@@ -58,16 +58,17 @@ def deployed(systemd_host) -> Deployed:
     since = service.now()
     service.outcome["reloaded"] = systemd_host.run("\n".join(lines[start + 1 :]), check=False).returncode
     service.wait_for_line(since, "serve: the old app server has stopped", timeout=60)
+    # docs/operating.md's token issue under the unit, as written: the token alone on standard output.
+    [issue] = [block for block in command_blocks("operating.md", "## Tokens") if "plantstore-manage" in block]
+    issued = systemd_host.run(issue)
+    service.token = issued.stdout.strip()
+    service.outcome["issued"] = (len(issued.stdout.split()), issued.stderr.startswith("Issued token plnt_"))
     return service
 
 
 def test_installed_as_the_docs_say_it_starts_once_ready_on_the_failover_pair_s_url(deployed):
     tables = deployed.host.run("cd / && runuser -u postgres -- psql -At -d plantstore -c '\\dt'").stdout
-    # docs/operating.md's token issue under the unit, as written: the token alone on standard output.
-    [issue] = [block for block in command_blocks("operating.md", "## Tokens") if "plantstore-manage" in block]
-    issued = deployed.host.run(issue)
-    token = issued.stdout.strip()
-    created = deployed.create(1, token)
+    created = deployed.create(1, deployed.token)
     anonymous = deployed.create(2, "")
     other_host = request(f"{deployed.url}/healthz", proxy="127.0.0.1", Host="127.0.0.1")
 
@@ -77,10 +78,10 @@ def test_installed_as_the_docs_say_it_starts_once_ready_on_the_failover_pair_s_u
         "livez_after_start": 200,
         "state_after_start": {"ActiveState": "active", "SubState": "running"},
         "reloaded": 0,
+        "issued": (1, True),
     }
     # migrate, through deploy/plantstore-manage, on the failover pair's URL: its tables are in PostgreSQL.
     assert {"plants_plant", "plants_apitoken"} <= {line.split("|")[1] for line in tables.splitlines()}
-    assert (len(issued.stdout.split()), issued.stderr.startswith("Issued token plnt_")) == (1, True)
     assert (created[0], json.loads(created[2]), created[1]["Server"]) == (200, {"id": 1, "name": "Monstera"}, "nginx")
     assert (anonymous[0], other_host[0], json.loads(other_host[2])["error"]) == (401, 400, 40000)
     assert deployed.host.failed_units == []
@@ -92,7 +93,7 @@ def test_a_release_in_a_folder_of_its_own_switched_and_reloaded_under_load_fails
     folder_block = command_blocks()[2]
     lines = folder_block.splitlines()
     switch = next(index for index, line in enumerate(lines) if line.startswith(("[ -L", "ln -sfn")))
-    token, since = deployed.token("reload-client"), deployed.now()
+    token, since = deployed.token, deployed.now()
     deployed.host.run("\n".join(lines[:switch]))  # the release made, the deploy step run, not yet switched
     release = deployed.host.run("ls -d /opt/plantstore-releases/2* | sort | tail -n 1").stdout.strip()
     old_workers = deployed.app_workers()
@@ -130,7 +131,7 @@ def test_a_release_that_cannot_import_fails_the_reload_with_the_reason_and_the_r
         f"cp -a {good} {broken} && echo 'raise RuntimeError(\"this release cannot start\")' "
         f">>{broken}/plantstore_site/settings.py"
     )
-    token, since = deployed.token("broken-release-client"), deployed.now()
+    token, since = deployed.token, deployed.now()
     workers = deployed.app_workers()
     with deployed.load(token, first_id=20_000, clients=2, limit=1000, timeout=30) as load:
         load.wait_for(20)
@@ -153,7 +154,7 @@ def test_a_release_that_cannot_import_fails_the_reload_with_the_reason_and_the_r
 
 
 def test_the_journal_holds_the_app_s_request_lines_and_nginx_s(deployed):
-    token, since, request_id = deployed.token("journal-client"), deployed.now(), secrets.token_hex(16)
+    token, since, request_id = deployed.token, deployed.now(), secrets.token_hex(16)
     created = deployed.create(30_000, token, X_Request_Id=request_id)
     traced = request(f"{deployed.url}/plants", method="TRACE", proxy="127.0.0.1")  # nginx answers it alone
     app_line = deployed.wait_for_line(since, request_id)
@@ -162,7 +163,7 @@ def test_the_journal_holds_the_app_s_request_lines_and_nginx_s(deployed):
     assert (created[0], traced[0]) == (200, 405)
     assert re.fullmatch(
         r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO plants\.requests "
-        r'\{"method": "POST", "path": "/plants", "status": 200, "duration_ms": [\d.]+, "token": "journal-client", '
+        r'\{"method": "POST", "path": "/plants", "status": 200, "duration_ms": [\d.]+, "token": "billing-service", '
         rf'"request_id": "{request_id}", "trace_id": "[0-9a-f]{{32}}", "span_id": "[0-9a-f]{{16}}"\}}',
         app_line,
     ), app_line
@@ -214,7 +215,7 @@ def test_systemd_analyze_verifies_the_installed_unit_and_rates_its_exposure_1_5(
 
 
 def test_stop_drains_succeeds_and_leaves_no_process_of_the_service_user(deployed):
-    token, since = deployed.token("stop-client"), deployed.now()
+    token, since = deployed.token, deployed.now()
     with deployed.load(token, first_id=40_000, clients=4, limit=3000, timeout=30) as load:
         load.wait_for(100)
         stopped = deployed.host.run("systemctl stop plantstore", check=False)
@@ -232,7 +233,7 @@ def test_stop_drains_succeeds_and_leaves_no_process_of_the_service_user(deployed
 
 
 def test_the_enabled_unit_is_back_after_the_host_restarts_and_counts_on(deployed):
-    token = deployed.token("restart-client")
+    token = deployed.token
     # The counts are per day, from UTC midnight: across it, a new window would start.
     seconds_left_today = 86400 - time.time() % 86400
     if seconds_left_today < 180:
@@ -244,14 +245,15 @@ def test_the_enabled_unit_is_back_after_the_host_restarts_and_counts_on(deployed
     after = deployed.create(50_001, token)
 
     assert (active, healthy) == ("active", 200)
-    assert [answer[1]["RateLimit"].split(";")[1] for answer in (before, after)] == [f"r={RATE - 1}", f"r={RATE - 2}"]
-    assert (before[0], after[0]) == (200, 200)
+    # The token's count goes on from where it was: one create more, one fewer left.
+    [left_before, left_after] = [
+        int(answer[1]["RateLimit"].split(";r=")[1].split(";")[0]) for answer in (before, after)
+    ]
+    assert (before[0], after[0], left_before - left_after) == (200, 200, 1)
 
 
 def test_deploy_s_manage_script_passes_the_command_s_exit_status_and_output_through(deployed):
     unknown = deployed.host.run(f"{MANAGE} token revoke nobody", check=False)
-    name = f"list-client-{secrets.token_hex(4)}"
-    deployed.token(name)
     listed = deployed.host.run(f"{MANAGE} token list").stdout.splitlines()
     whoami = (
         'shell -v 0 -c \'import os; print(os.getuid(), os.environ["PWD"], os.environ["PLANTS_DATABASE_TIMEOUT_S"])\''
@@ -267,7 +269,7 @@ def test_deploy_s_manage_script_passes_the_command_s_exit_status_and_output_thro
         "",
         "CommandError: No active token named 'nobody'.\n",
     )
-    assert (listed[0].split(), [line.split()[0] for line in listed].count(name)) == (
+    assert (listed[0].split(), [line.split()[0] for line in listed].count("billing-service")) == (
         ["NAME", "PREFIX", "CREATED", "EXPIRES", "LAST", "USED", "STATUS"],
         1,
     )
@@ -294,7 +296,7 @@ def test_with_opentelemetry_on_its_workers_export_spans_from_its_sandbox_to_the_
     deployed.configure(OTEL_TRACES_EXPORTER="otlp_json_file", OTEL_BSP_SCHEDULE_DELAY="50")
     try:
         restarted = deployed.restart()
-        token, since = deployed.token("tracing-client"), deployed.now()
+        token, since = deployed.token, deployed.now()
         created = deployed.create(60_000, token, traceparent=f"00-{trace_id}-00f067aa0ba902b7-01")
         log_line = deployed.wait_for_line(since, f'"trace_id": "{trace_id}"')
 
@@ -325,7 +327,7 @@ def test_it_is_ready_with_its_rate_limit_store_down_and_serves_once_the_store_is
     try:
         restarted = deployed.restart()  # returns once ready: the store's being down does not keep it from it
         health = request(f"{deployed.url}/healthz", proxy="127.0.0.1")
-        token = deployed.token("redis-client")
+        token = deployed.token
         refused = deployed.create(70_000, token)
         deployed.host.run("systemctl start redis-server")
         healthy = deployed.wait_healthy(timeout=15)
@@ -353,7 +355,7 @@ def test_on_sqlite_in_its_state_directory_it_migrates_serves_reloads_and_counts_
     try:
         deployed.host.run(f"{MANAGE} migrate --no-input")
         restarted = deployed.restart()
-        token = deployed.token("sqlite-client")
+        token = deployed.issue("sqlite-client")
         seconds_left_today = 86400 - time.time() % 86400  # the counts are per day, from UTC midnight
         if seconds_left_today < 120:
             time.sleep(seconds_left_today + 1)
