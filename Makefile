@@ -75,11 +75,11 @@ newest-pins: ## rewrite requirements-newest.txt: requirements.txt's packages at 
 	scripts/newest-pins requirements.txt >requirements-newest.txt.new
 	mv requirements-newest.txt.new requirements-newest.txt
 
-system-packages: ## install the Debian packages the tests need, if missing (PostgreSQL, pgBackRest, pg_auto_failover, PgBouncer, Redis, nginx, HAProxy, Prometheus, Chromium, systemd-analyze, python3-venv, nftables)
-	scripts/debian-packages postgresql pgbackrest pgbouncer redis-server nginx haproxy prometheus chromium systemd python3-venv nftables
+system-packages: ## install the Debian packages the tests need, if missing (PostgreSQL, pgBackRest, pg_auto_failover, PgBouncer, Redis, nginx, HAProxy, Prometheus, Chromium, python3-venv, nftables)
+	scripts/debian-packages postgresql pgbackrest pgbouncer redis-server nginx haproxy prometheus chromium python3-venv nftables
 	scripts/debian-packages $(FAILOVER_PACKAGES)
 
-container-packages: ## podman, buildah, runc, podman-compose and debootstrap for tests/test_container.py, with what podman's network backend needs for names: CNI's DNS plugin (podman 4), or netavark's (podman 5)
+container-packages: ## podman, buildah, runc, podman-compose and debootstrap for tests/test_container.py and tests/test_systemd_host.py, with what podman's network backend needs for names: CNI's DNS plugin (podman 4), or netavark's (podman 5)
 	scripts/debian-packages podman buildah runc podman-compose debootstrap
 	case "$$(podman info --format '{{.Host.NetworkBackend}}' 2>/dev/null)" in \
 		cni) scripts/debian-packages golang-github-containernetworking-plugin-dnsname ;; \
@@ -109,15 +109,6 @@ coverage: $(VENV)/.dev ## branch coverage of plants/ by the suites run since cov
 
 test-contract: $(VENV)/.dev system-packages ## schemathesis against a live production unit on a throwaway PostgreSQL, using /openapi.json
 	scripts/with-postgres $(PYTHON) -m scripts.contract_test
-
-# The venv an operator makes in /opt/plantstore (docs/deploying.md, "Installing it as a systemd service"): Debian's
-# python3, which the unit's unprivileged user can run (a pyenv or home-directory python it may not reach).
-# tests/test_systemd_unit.py starts the unit's command with it.
-SYSTEM_PYTHON ?= /usr/bin/python3
-$(VENV)/debian-python/.installed: requirements.txt
-	$(SYSTEM_PYTHON) -m venv $(VENV)/debian-python
-	$(VENV)/debian-python/bin/pip install --quiet --disable-pip-version-check -r requirements.txt
-	touch $@
 
 # The FastAPI peer of make bench has its own venv inside .venv: none of its packages reach the service's.
 $(VENV)/peers/.installed: bench/peers/requirements.txt | $(VENV)/.runtime

@@ -24,6 +24,7 @@ from plants.services import token_issue
 from tests.archived_postgres import ArchivedPostgres
 from tests.clock import NOW, Clock
 from tests.live import MakeServe, database_url, live_unit
+from tests.systemd_host import booted_host
 
 
 @pytest.fixture
@@ -79,7 +80,7 @@ def writes_refused():
 # Live servers share the test database, which only PostgreSQL's tests can (SQLite's is in memory).
 NEEDS_POSTGRESQL = {"production_unit", "pgbouncer"}
 # Fixtures that start a server process: a test that uses one is `live`, and not in `make check`.
-STARTS_A_SERVER = {"production_unit", "pgbouncer", "redis_server", "counting_in_redis", "browser_page"}
+STARTS_A_SERVER = {"production_unit", "pgbouncer", "redis_server", "counting_in_redis", "browser_page", "systemd_host"}
 skipped: list[str] = []
 
 
@@ -88,13 +89,13 @@ skipped: list[str] = []
 # at the end of a pass.
 SLOWEST_MODULES = [
     "test_container.py",
+    "test_systemd_host.py",
     "test_edge.py",
     "test_serve.py",
     "test_reload.py",
     "test_stop.py",
     "test_cluster.py",
     "test_failover.py",
-    "test_systemd_unit.py",
     "test_traces_exported.py",
 ]
 
@@ -183,6 +184,13 @@ def served(tmp_path):
     server = MakeServe(tmp_path).start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def systemd_host():
+    """A Debian host with systemd as PID 1 (tests/systemd_host.py), booted for the module, removed
+    after it whatever happens."""
+    yield from booted_host()
 
 
 @pytest.fixture

@@ -1,0 +1,112 @@
+"""The systemd unit on a host of tests/systemd_host.py, installed as docs/deploying.md says: the docs'
+command blocks, and what its operator does to it and sees of it (systemctl, the journal, requests)."""
+
+import re
+import time
+
+from deploy.processes import ROOT
+from tests.live import Load, request
+from tests.systemd_host import REPOSITORY, SystemdHost
+
+ENV_FILE = "/etc/plantstore/plantstore.env"
+# .env.example's failover pair (a primary and its standby): nothing answers on 5433, so libpq goes
+# on to 5432, the host's PostgreSQL. The URL has `&` in it, as .env.example's form has.
+FAILOVER_URL = (
+    "postgres://plantstore:{password}@/plantstore?host=127.0.0.1,127.0.0.1&port=5433,5432"
+    "&target_session_attrs=read-write&connect_timeout=2"
+)
+SQLITE_URL = "sqlite:////var/lib/plantstore/db.sqlite3"
+# A day's window, far above what the loads send: the limit stays on, counted, never reached.
+RATE = 1_000_000
+# How the docs' management commands run on the host (docs/operating.md, Tokens).
+MANAGE = "cd /opt/plantstore && deploy/plantstore-manage"
+
+
+def command_blocks(page: str = "deploying.md", heading: str = "### Installing it as a systemd service") -> list[str]:
+    """The shell blocks of the section `heading` of docs/`page`, in order, with `<this repository>`
+    replaced by the host's. By default the install, each release, each release in a folder."""
+    section = (ROOT / "docs" / page).read_text().split(f"{heading}\n")[1]
+    blocks = re.findall(r"^```sh\n(.*?)^```", re.split(r"\n#{2,3} ", section)[0], re.MULTILINE | re.DOTALL)
+    return [block.replace("<this repository>", REPOSITORY) for block in blocks]
+
+
+class Deployed:
+    """The service on the host, as the docs install it: what the tests do to it as its operator."""
+
+    def __init__(self, host: SystemdHost):
+        self.host, self.url = host, host.url
+        self.outcome: dict[str, object] = {}
+        self.token = ""  # a token of the service's, issued as docs/operating.md says
+
+    def configure(self, **settings: str) -> None:
+        """Set `settings` in the environment file, in place of its lines of the same name, as an operator edits it."""
+        lines = self.host.run(f"cat {ENV_FILE}").stdout.splitlines()
+        for name, value in settings.items():
+            found = [index for index, line in enumerate(lines) if line.startswith(f"{name}=")]
+            if found:
+                lines[found[0]] = f"{name}={value}"
+            else:
+                lines.append(f"{name}={value}")
+        self.host.run(f"cat >{ENV_FILE}", input="\n".join(lines) + "\n")  # `>` keeps its mode, 600
+
+    def unconfigure(self, *names: str) -> None:
+        """Remove the lines of `names` from the environment file."""
+        lines = self.host.run(f"cat {ENV_FILE}").stdout.splitlines()
+        kept = [line for line in lines if line.split("=", 1)[0] not in names]
+        self.host.run(f"cat >{ENV_FILE}", input="\n".join(kept) + "\n")
+
+    def restart(self) -> int:
+        """systemctl restart: its exit status, once the unit is ready again (Type=notify)."""
+        return self.host.run("systemctl restart plantstore", check=False).returncode
+
+    def issue(self, name: str) -> str:
+        return self.host.run(f"{MANAGE} token issue {name}").stdout.strip()
+
+    def create(self, plant_id: int, token: str, name: str = "Monstera", **headers: str):
+        """A create through the host's nginx, as its TLS proxy sends it on (the proxy is this machine)."""
+        return request(f"{self.url}/plants", {"id": plant_id, "name": name}, token, proxy="127.0.0.1", **headers)
+
+    def load(self, token: str, first_id: int, **options) -> Load:
+        return Load(f"{self.url}/plants", token, first_id=first_id, proxy="127.0.0.1", **options)
+
+    def show(self, *properties: str) -> dict[str, str]:
+        shown = self.host.run(f"systemctl show plantstore -p {','.join(properties)}").stdout.splitlines()
+        return dict(line.split("=", 1) for line in shown)
+
+    def processes(self) -> dict[int, tuple[int, str]]:
+        """The service user's processes: {pid: (parent pid, command line)}."""
+        listed = self.host.run("ps -u plantstore -o pid=,ppid=,args= || true").stdout.splitlines()
+        return {int(pid): (int(ppid), args) for pid, ppid, args in (line.split(None, 2) for line in listed)}
+
+    def app_workers(self) -> set[int]:
+        """Granian's workers: the children of the app server, serve.py's child that is not nginx (one,
+        once a reload's old app server has stopped)."""
+        processes, main = self.processes(), int(self.show("MainPID")["MainPID"])
+        [app] = [pid for pid, (parent, args) in processes.items() if parent == main and "nginx" not in args]
+        return {pid for pid, (parent, _) in processes.items() if parent == app}
+
+    def journal(self, since: str, *options: str) -> list[str]:
+        """journalctl -u plantstore -o cat: the unit's lines from `since` (now()'s) on."""
+        return self.host.journal("-u plantstore -o cat", f"--since=@{since}", *options).splitlines()
+
+    def now(self) -> str:
+        """The host's time, for journal(): journalctl --after-cursor finds nothing with -u on systemd 252."""
+        return self.host.run("date +%s.%N").stdout.strip()
+
+    def wait_healthy(self, timeout: float = 60) -> int:
+        deadline = time.monotonic() + timeout
+        while (status := request(f"{self.url}/healthz", proxy="127.0.0.1")[0]) != 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return status
+
+    def wait_for_line(self, since: str, text: str, *options: str, timeout: float = 10) -> str:
+        """The first line of the unit's journal from `since` on that holds `text`, waiting for it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = self.journal(since, *options)
+            found = [line for line in lines if text in line]
+            if found:
+                return found[0]
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no line with {text!r} in the journal:\n" + "\n".join(lines[-30:]))
+            time.sleep(0.2)

@@ -1,0 +1,384 @@
+"""deploy/plantstore.service under systemd as PID 1 (tests/systemd_host.py), installed as
+docs/deploying.md says, its command blocks run as written, on the host's PostgreSQL from Debian
+and on SQLite: what an operator sees of its start, reloads, stop, journal, sandbox and restarts."""
+
+import json
+import re
+import secrets
+import time
+
+import pytest
+
+from deploy.processes import wait_until
+from tests.installed_unit import (
+    ENV_FILE,
+    FAILOVER_URL,
+    MANAGE,
+    RATE,
+    SQLITE_URL,
+    Deployed,
+    command_blocks,
+)
+from tests.live import request
+
+# One host per module; the host is no database of the run's: once, in the SQLite pass, as the container tests.
+pytestmark = [pytest.mark.live, pytest.mark.container]
+
+
+@pytest.fixture(scope="module")
+def deployed(systemd_host) -> Deployed:
+    """The host's operator's path, as written: the install block, the environment file edited (a
+    secret key, the metrics token, the database as the failover pair's URL, the TLS proxy), a role
+    and a database made on the host's PostgreSQL, then the first release's block; `outcome` holds
+    what each step answered."""
+    service = Deployed(systemd_host)
+    install, release, _ = command_blocks()
+    systemd_host.run(install)
+    password = secrets.token_hex(16)
+    systemd_host.run(
+        "cd / && runuser -u postgres -- createuser plantstore && runuser -u postgres -- createdb --owner plantstore plantstore"
+        f" && runuser -u postgres -- psql -q -c \"ALTER ROLE plantstore PASSWORD '{password}'\""
+    )
+    # The TLS proxy in front is this machine: podman's published port brings its connections from
+    # the host's gateway address.
+    gateway = systemd_host.run("ip -4 route show default").stdout.split()[2]
+    service.configure(
+        DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
+        PLANTS_METRICS_TOKEN=secrets.token_urlsafe(32),
+        DATABASE_URL=FAILOVER_URL.format(password=password),
+        PLANTS_TRUSTED_PROXIES=gateway,
+        PLANTS_THROTTLE_RATE=f"{RATE}/day",
+    )
+    # The release, to its `systemctl start`; what answers right after; then its reload.
+    lines = release.splitlines()
+    start = next(index for index, line in enumerate(lines) if line.startswith("systemctl start"))
+    service.outcome["started"] = systemd_host.run("\n".join(lines[: start + 1]), check=False).returncode
+    service.outcome["livez_after_start"] = request(f"{service.url}/livez", proxy="127.0.0.1")[0]
+    service.outcome["state_after_start"] = service.show("ActiveState", "SubState")
+    since = service.now()
+    service.outcome["reloaded"] = systemd_host.run("\n".join(lines[start + 1 :]), check=False).returncode
+    service.wait_for_line(since, "serve: the old app server has stopped", timeout=60)
+    # docs/operating.md's token issue under the unit, as written: the token alone on standard output.
+    [issue] = [block for block in command_blocks("operating.md", "## Tokens") if "plantstore-manage" in block]
+    issued = systemd_host.run(issue)
+    service.token = issued.stdout.strip()
+    service.outcome["issued"] = (len(issued.stdout.split()), issued.stderr.startswith("Issued token plnt_"))
+    return service
+
+
+def test_installed_as_the_docs_say_it_starts_once_ready_on_the_failover_pair_s_url(deployed):
+    tables = deployed.host.run("cd / && runuser -u postgres -- psql -At -d plantstore -c '\\dt'").stdout
+    created = deployed.create(1, deployed.token)
+    anonymous = deployed.create(2, "")
+    other_host = request(f"{deployed.url}/healthz", proxy="127.0.0.1", Host="127.0.0.1")
+
+    # systemctl start returned once /livez answered through nginx (Type=notify): no wait after it.
+    assert deployed.outcome == {
+        "started": 0,
+        "livez_after_start": 200,
+        "state_after_start": {"ActiveState": "active", "SubState": "running"},
+        "reloaded": 0,
+        "issued": (1, True),
+    }
+    # migrate, through deploy/plantstore-manage, on the failover pair's URL: its tables are in PostgreSQL.
+    assert {"plants_plant", "plants_apitoken"} <= {line.split("|")[1] for line in tables.splitlines()}
+    assert (created[0], json.loads(created[2]), created[1]["Server"]) == (200, {"id": 1, "name": "Monstera"}, "nginx")
+    assert (anonymous[0], other_host[0], json.loads(other_host[2])["error"]) == (401, 400, 40000)
+    assert deployed.host.failed_units == []
+
+
+def test_a_release_in_a_folder_of_its_own_switched_and_reloaded_under_load_fails_no_request(deployed):
+    """docs/deploying.md's release folders, as written: a new release made, the link switched, and
+    `systemctl reload` under load: every app worker is replaced by one of the new release's."""
+    folder_block = command_blocks()[2]
+    lines = folder_block.splitlines()
+    switch = next(index for index, line in enumerate(lines) if line.startswith(("[ -L", "ln -sfn")))
+    token, since = deployed.token, deployed.now()
+    deployed.host.run("\n".join(lines[:switch]))  # the release made, the deploy step run, not yet switched
+    release = deployed.host.run("ls -d /opt/plantstore-releases/2* | sort | tail -n 1").stdout.strip()
+    old_workers = deployed.app_workers()
+    with deployed.load(token, first_id=10_000, clients=4, limit=3000, timeout=30) as load:
+        load.wait_for(50)
+        # The switch and the reload, as written, $release being the folder the lines above made.
+        reloaded = deployed.host.run("\n".join([f"release={release}", *lines[switch:]]), check=False)
+        deployed.wait_for_line(since, "serve: the old app server has stopped")
+        answered_after = len(load.answers)
+        load.wait_for(answered_after + 300)
+    new_workers = deployed.app_workers()
+    [app] = {deployed.processes()[worker][0] for worker in new_workers}
+    runs_from = deployed.host.run(f"readlink /proc/{app}/cwd").stdout.strip()
+
+    assert (reloaded.returncode, reloaded.stderr) == (0, "")
+    assert len(load.answers) >= answered_after + 300
+    assert [(status, text) for _, status, _, text, _ in load.answers if status != 200] == []
+    assert (len(old_workers), len(new_workers), old_workers & new_workers, runs_from) == (2, 2, set(), release)
+    assert set(deployed.processes()).isdisjoint(old_workers)
+    assert "reload: reloaded: the new version serves" in deployed.journal(since)
+
+
+def test_a_release_that_cannot_import_fails_the_reload_with_the_reason_and_the_running_one_serves_on(deployed):
+    folder_lines = command_blocks()[2].splitlines()
+    [once] = [line for line in folder_lines if line.startswith("[ -L")]
+    [switch] = [line for line in folder_lines if line.startswith("ln -sfn")]
+    # Run alone, this test first makes the installed checkout a release, as that line of the docs does.
+    if deployed.host.run("test -L /opt/plantstore", check=False).returncode:
+        deployed.host.run(
+            f"mkdir -p /opt/plantstore-releases\n{once}\nrelease=/opt/plantstore-releases/first\n{switch}"
+        )
+    good = deployed.host.run("readlink -f /opt/plantstore").stdout.strip()
+    broken = "/opt/plantstore-releases/broken"
+    deployed.host.run(
+        f"cp -a {good} {broken} && echo 'raise RuntimeError(\"this release cannot start\")' "
+        f">>{broken}/plantstore_site/settings.py"
+    )
+    token, since = deployed.token, deployed.now()
+    workers = deployed.app_workers()
+    with deployed.load(token, first_id=20_000, clients=2, limit=1000, timeout=30) as load:
+        load.wait_for(20)
+        failed = deployed.host.run(f"release={broken}\n{switch}\nsystemctl reload plantstore", check=False)
+        answered_after = len(load.answers)
+        load.wait_for(answered_after + 50)
+    journal = deployed.journal(since)
+    # Back, as the docs say: the link to the previous release, and a reload.
+    since = deployed.now()
+    back = deployed.host.run(f"release={good}\n{switch}\nsystemctl reload plantstore", check=False)
+    deployed.wait_for_line(since, "serve: the old app server has stopped", timeout=60)
+
+    assert failed.returncode != 0
+    assert "systemctl status plantstore" in failed.stderr  # systemctl's own: the reason is in the journal
+    assert any(line.endswith("RuntimeError: this release cannot start") for line in journal), journal[-30:]
+    assert any(line.startswith("reload: failed, the running version serves on: ") for line in journal)
+    assert [(status, text) for _, status, _, text, _ in load.answers if status != 200] == []
+    assert deployed.show("ActiveState", "SubState") == {"ActiveState": "active", "SubState": "running"}
+    assert back.returncode == 0 and deployed.app_workers().isdisjoint(workers)
+
+
+def test_the_journal_holds_the_app_s_request_lines_and_nginx_s(deployed):
+    token, since, request_id = deployed.token, deployed.now(), secrets.token_hex(16)
+    created = deployed.create(30_000, token, X_Request_Id=request_id)
+    traced = request(f"{deployed.url}/plants", method="TRACE", proxy="127.0.0.1")  # nginx answers it alone
+    app_line = deployed.wait_for_line(since, request_id)
+    nginx_lines = deployed.wait_for_line(since, '"TRACE"', "-t nginx")
+
+    assert (created[0], traced[0]) == (200, 405)
+    assert re.fullmatch(
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO plants\.requests "
+        r'\{"method": "POST", "path": "/plants", "status": 200, "duration_ms": [\d.]+, "token": "billing-service", '
+        rf'"request_id": "{request_id}", "trace_id": "[0-9a-f]{{32}}", "span_id": "[0-9a-f]{{16}}"\}}',
+        app_line,
+    ), app_line
+    assert re.fullmatch(
+        r'\{"edge": true, "method": "TRACE", "path": "/plants", "status": 405, "duration_s": [\d.]+\}', nginx_lines
+    ), nginx_lines
+
+
+def test_its_sandbox_is_in_force_inside_it(deployed):
+    main = deployed.show("MainPID")["MainPID"]
+    # Every process of the unit's cgroup: its user, capabilities, no_new_privs, seccomp mode.
+    status = deployed.host.run(
+        "for pid in $(grep -l '/system.slice/plantstore.service$' /proc/[0-9]*/cgroup | cut -d/ -f3); do"
+        " echo $(ps -o user= -p $pid) $(grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/$pid/status | cut -f2);"
+        " done"
+    ).stdout.splitlines()
+    # In the unit's mount namespace, as root: ProtectSystem=strict's read-only file system, not
+    # a permission, refuses the write; its state directory takes one; its /tmp is its own.
+    inside = deployed.host.run(
+        f"nsenter -t {main} -m sh -c 'touch /opt/plantstore/probe /etc/probe; touch /var/lib/plantstore/probe "
+        "&& rm /var/lib/plantstore/probe && echo state directory written; ls /tmp'",
+        check=False,
+    )
+    host_tmp = deployed.host.run("ls /tmp").stdout.split()
+
+    assert len(status) >= 6, status  # serve.py, nginx's master and worker, Granian and its 2 workers
+    assert set(status) == {"plantstore 0000000000000000 0000000000000000 1 2"}
+    assert inside.stderr.splitlines() == [
+        "touch: cannot touch '/opt/plantstore/probe': Read-only file system",
+        "touch: cannot touch '/etc/probe': Read-only file system",
+    ]
+    [state, unit_folder] = inside.stdout.splitlines()
+    assert (state, unit_folder.startswith("plantstore-serve."), unit_folder in host_tmp) == (
+        "state directory written",
+        True,
+        False,
+    )
+
+
+def test_systemd_analyze_verifies_the_installed_unit_and_rates_its_exposure_1_5(deployed):
+    verified = deployed.host.run("systemd-analyze verify /etc/systemd/system/plantstore.service", check=False)
+    # 1.5 of 10 ("OK"), of the running unit: without SystemCallFilter= it is 2.8, without
+    # ProtectSystem=, PrivateTmp=, NoNewPrivileges= or the empty CapabilityBoundingSet= more still.
+    rated = deployed.host.run("systemd-analyze security --threshold=15 --no-pager plantstore", check=False)
+
+    assert (verified.returncode, verified.stdout + verified.stderr) == (0, "")
+    assert rated.returncode == 0, rated.stdout[-2000:]
+    assert "Overall exposure level for plantstore.service: 1.5 OK" in rated.stdout
+
+
+def test_stop_drains_succeeds_and_leaves_no_process_of_the_service_user(deployed):
+    token, since = deployed.token, deployed.now()
+    with deployed.load(token, first_id=40_000, clients=4, limit=3000, timeout=30) as load:
+        load.wait_for(100)
+        stopped = deployed.host.run("systemctl stop plantstore", check=False)
+    shown = deployed.show("Result", "ActiveState")
+    left = deployed.host.run("ps -u plantstore -o pid=,args=", check=False)
+    journal = deployed.journal(since)
+    started = deployed.host.run("systemctl start plantstore", check=False)
+
+    assert (stopped.returncode, shown) == (0, {"Result": "success", "ActiveState": "inactive"})
+    assert (left.returncode, left.stdout) == (1, "")  # ps: no process of that user
+    # Every request got its answer or found no server listening; none was cut off.
+    assert [(status, text) for _, status, _, text, _ in load.answers if status not in (200, None)] == []
+    assert "serve: stopping gracefully" in journal
+    assert started.returncode == 0
+
+
+def test_the_enabled_unit_is_back_after_the_host_restarts_and_counts_on(deployed):
+    token = deployed.token
+    # The counts are per day, from UTC midnight: across it, a new window would start.
+    seconds_left_today = 86400 - time.time() % 86400
+    if seconds_left_today < 180:
+        time.sleep(seconds_left_today + 1)
+    before = deployed.create(50_000, token)
+    deployed.host.restart()
+    active = deployed.host.run("systemctl is-active plantstore", check=False).stdout.strip()
+    healthy = deployed.wait_healthy()  # PostgreSQL may start after it: 503 Error bodies till then
+    after = deployed.create(50_001, token)
+
+    assert (active, healthy) == ("active", 200)
+    # The token's count goes on from where it was: one create more, one fewer left.
+    [left_before, left_after] = [
+        int(answer[1]["RateLimit"].split(";r=")[1].split(";")[0]) for answer in (before, after)
+    ]
+    assert (before[0], after[0], left_before - left_after) == (200, 200, 1)
+
+
+def test_deploy_s_manage_script_passes_the_command_s_exit_status_and_output_through(deployed):
+    unknown = deployed.host.run(f"{MANAGE} token revoke nobody", check=False)
+    listed = deployed.host.run(f"{MANAGE} token list").stdout.splitlines()
+    whoami = (
+        'shell -v 0 -c \'import os; print(os.getuid(), os.environ["PWD"], os.environ["PLANTS_DATABASE_TIMEOUT_S"])\''
+    )
+    as_root, as_user = (
+        deployed.host.run(f"{MANAGE} {options}{whoami}").stdout
+        for options in ("--as-root ", "PLANTS_DATABASE_TIMEOUT_S=600 ")
+    )
+    uid = deployed.host.run("id -u plantstore").stdout.strip()
+
+    assert (unknown.returncode, unknown.stdout, unknown.stderr) == (
+        1,
+        "",
+        "CommandError: No active token named 'nobody'.\n",
+    )
+    assert (listed[0].split(), [line.split()[0] for line in listed].count("billing-service")) == (
+        ["NAME", "PREFIX", "CREATED", "EXPIRES", "LAST", "USED", "STATUS"],
+        1,
+    )
+    # The file's setting (.env.example's 5), or one given for the command alone.
+    assert (as_root, as_user) == ("0 /opt/plantstore 5\n", f"{uid} /opt/plantstore 600\n")
+
+
+def test_on_a_terminal_createsuperuser_through_it_asks_its_questions_and_a_failure_s_status_comes_back(deployed):
+    password = secrets.token_urlsafe(16)
+    username = f"operator-{secrets.token_hex(4)}"
+    answers = {"Username": username, "Email address": "operator@example.com", "Password": password}
+    transcript = deployed.host.converse(f"{MANAGE} createsuperuser", answers)
+    check = f"from django.contrib.auth.models import User; print(User.objects.get(username='{username}').is_superuser)"
+    superuser = deployed.host.run(f'{MANAGE} shell -v 0 -c "{check}"').stdout
+    failed = deployed.host.converse(f"{MANAGE} token revoke nobody; echo exit status $?", {})
+
+    assert "Superuser created successfully." in transcript, transcript
+    assert superuser == "True\n"
+    assert "CommandError: No active token named 'nobody'.\r\nexit status 1\r\n" in failed, failed
+
+
+def test_with_opentelemetry_on_its_workers_export_spans_from_its_sandbox_to_the_journal(deployed):
+    trace_id = secrets.token_hex(16)
+    deployed.configure(OTEL_TRACES_EXPORTER="otlp_json_file", OTEL_BSP_SCHEDULE_DELAY="50")
+    try:
+        restarted = deployed.restart()
+        token, since = deployed.token, deployed.now()
+        created = deployed.create(60_000, token, traceparent=f"00-{trace_id}-00f067aa0ba902b7-01")
+        log_line = deployed.wait_for_line(since, f'"trace_id": "{trace_id}"')
+
+        def server_spans() -> list[dict]:  # the spans its workers wrote to their output, the journal
+            return [
+                span
+                for line in deployed.journal(since)
+                if line.startswith('{"resourceSpans"')
+                for resource in json.loads(line)["resourceSpans"]
+                for scope in resource["scopeSpans"]
+                for span in scope["spans"]
+                if span["traceId"] == trace_id and span["kind"] == 2
+            ]
+
+        wait_until(server_spans, None, 10, "the request's server span in the journal")
+        [span] = server_spans()
+    finally:
+        deployed.unconfigure("OTEL_TRACES_EXPORTER", "OTEL_BSP_SCHEDULE_DELAY")
+        deployed.restart()
+
+    assert (restarted, created[0], span["name"], span["parentSpanId"]) == (0, 200, "POST /plants", "00f067aa0ba902b7")
+    assert f'"trace_id": "{trace_id}", "span_id": "{span["spanId"]}"' in log_line
+
+
+def test_it_is_ready_with_its_rate_limit_store_down_and_serves_once_the_store_is_back(deployed):
+    deployed.host.run("systemctl stop redis-server")
+    deployed.configure(REDIS_URL="redis://127.0.0.1:6379/0")
+    try:
+        restarted = deployed.restart()  # returns once ready: the store's being down does not keep it from it
+        health = request(f"{deployed.url}/healthz", proxy="127.0.0.1")
+        token = deployed.token
+        refused = deployed.create(70_000, token)
+        deployed.host.run("systemctl start redis-server")
+        healthy = deployed.wait_healthy(timeout=15)
+        created = deployed.create(70_001, token)
+    finally:
+        deployed.unconfigure("REDIS_URL")
+        deployed.restart()
+
+    assert restarted == 0
+    assert (health[0], json.loads(health[2])) == (
+        503,
+        {"error": 50300, "message": "The rate-limit store does not answer."},
+    )
+    assert (refused[0], json.loads(refused[2])["error"]) == (503, 50300)
+    assert (healthy, created[0], json.loads(created[2])) == (200, 200, {"id": 70_001, "name": "Monstera"})
+
+
+def test_on_sqlite_in_its_state_directory_it_migrates_serves_reloads_and_counts_on_after_a_restart(deployed):
+    database_url = next(
+        line.split("=", 1)[1]
+        for line in deployed.host.run(f"cat {ENV_FILE}").stdout.splitlines()
+        if line.startswith("DATABASE_URL=")
+    )
+    deployed.configure(DATABASE_URL=SQLITE_URL)
+    try:
+        deployed.host.run(f"{MANAGE} migrate --no-input")
+        restarted = deployed.restart()
+        token = deployed.issue("sqlite-client")
+        seconds_left_today = 86400 - time.time() % 86400  # the counts are per day, from UTC midnight
+        if seconds_left_today < 120:
+            time.sleep(seconds_left_today + 1)
+        before = deployed.create(1, token, name="Fern")
+        reloaded = deployed.host.run("systemctl reload plantstore", check=False).returncode
+        restarted_again = deployed.restart()
+        after = deployed.create(2, token, name="Fern")
+        owner = deployed.host.run("stat -c '%U %a' /var/lib/plantstore /var/lib/plantstore/db.sqlite3").stdout
+        # docs/operating.md's online copy, as written, while the service serves.
+        [backup] = command_blocks("operating.md", "### SQLite: an online copy")
+        deployed.host.run(backup)
+        copied = deployed.host.run(
+            'python3 -c "import sqlite3; print(sorted(row[0] for row in sqlite3.connect('
+            "'/var/lib/plantstore/backup.sqlite3').execute('SELECT id FROM plants_plant')))\""
+        ).stdout
+    finally:
+        deployed.configure(DATABASE_URL=database_url)
+        deployed.restart()
+
+    assert (restarted, reloaded, restarted_again) == (0, 0, 0)
+    assert [(answer[0], answer[1]["RateLimit"].split(";")[1]) for answer in (before, after)] == [
+        (200, f"r={RATE - 1}"),
+        (200, f"r={RATE - 2}"),
+    ]
+    assert owner.splitlines() == ["plantstore 700", "plantstore 644"]
+    assert copied == "[1, 2]\n"
