@@ -352,6 +352,7 @@ def test_on_sqlite_in_its_state_directory_it_migrates_serves_reloads_and_counts_
         if line.startswith("DATABASE_URL=")
     )
     deployed.configure(DATABASE_URL=SQLITE_URL)
+    since = deployed.now()
     try:
         deployed.host.run(f"{MANAGE} migrate --no-input")
         restarted = deployed.restart()
@@ -371,11 +372,12 @@ def test_on_sqlite_in_its_state_directory_it_migrates_serves_reloads_and_counts_
             'python3 -c "import sqlite3; print(sorted(row[0] for row in sqlite3.connect('
             "'/var/lib/plantstore/backup.sqlite3').execute('SELECT id FROM plants_plant')))\""
         ).stdout
+        journal = deployed.journal(since)
     finally:
         deployed.configure(DATABASE_URL=database_url)
         deployed.restart()
 
-    assert (restarted, reloaded, restarted_again) == (0, 0, 0)
+    assert (restarted, reloaded, restarted_again) == (0, 0, 0), "\n".join(journal[-60:])
     assert [(answer[0], answer[1]["RateLimit"].split(";")[1]) for answer in (before, after)] == [
         (200, f"r={RATE - 1}"),
         (200, f"r={RATE - 2}"),
