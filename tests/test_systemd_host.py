@@ -164,11 +164,14 @@ def test_the_journal_holds_the_app_s_request_lines_and_nginx_s(deployed):
     assert re.fullmatch(
         r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO plants\.requests "
         r'\{"method": "POST", "path": "/plants", "status": 200, "duration_ms": [\d.]+, "token": "billing-service", '
-        rf'"request_id": "{request_id}", "trace_id": "[0-9a-f]{{32}}", "span_id": "[0-9a-f]{{16}}"\}}',
+        rf'"client": "127\.0\.0\.1", "request_id": "{request_id}", "trace_id": "[0-9a-f]{{32}}", "span_id": "[0-9a-f]{{16}}"\}}',
         app_line,
     ), app_line
     assert re.fullmatch(
-        r'\{"edge": true, "method": "TRACE", "path": "/plants", "status": 405, "duration_s": [\d.]+\}', nginx_lines
+        r'\{"edge": true, "method": "TRACE", "path": "/plants", "status": 405, "cause": "edge", "upstream_status": "", '
+        # nginx refuses TRACE before it reads X-Forwarded-For: the client is the connection's, podman's gateway.
+        r'"client": "[\d.]+", "request_id": "[0-9a-f]{32}", "duration_s": [\d.]+\}',
+        nginx_lines,
     ), nginx_lines
 
 
@@ -321,28 +324,45 @@ def test_with_opentelemetry_on_its_workers_export_spans_from_its_sandbox_to_the_
     assert f'"trace_id": "{trace_id}", "span_id": "{span["spanId"]}"' in log_line
 
 
-def test_it_is_ready_with_its_rate_limit_store_down_and_serves_once_the_store_is_back(deployed):
+def test_a_changed_settings_file_is_applied_by_a_reload_under_load_and_redis_down_stops_no_create(deployed):
+    """The operator moves the counts to a Redis that is down: `systemctl reload` applies the edited
+    file without a refused request, and creates go on uncounted (.env.example's failure mode, open)
+    until Redis is back."""
     deployed.host.run("systemctl stop redis-server")
-    deployed.configure(REDIS_URL="redis://127.0.0.1:6379/0")
+    deployed.configure(REDIS_URL="redis://127.0.0.1:6379/0", APP_PROCESSES="1")
+    since = deployed.now()
     try:
-        restarted = deployed.restart()  # returns once ready: the store's being down does not keep it from it
+        with deployed.load(deployed.token, first_id=600_000, clients=4, limit=2_000, timeout=30) as load:
+            load.wait_for(30)
+            reloaded = deployed.host.run("systemctl reload plantstore", check=False).returncode
+            answered_after = len(load.answers)
+            load.wait_for(answered_after + 50, timeout=60)
         health = request(f"{deployed.url}/healthz", proxy="127.0.0.1")
-        token = deployed.token
-        refused = deployed.create(70_000, token)
+        uncounted = deployed.create(70_000, deployed.token)
+        uncounted_line = deployed.wait_for_line(since, "the limits fail open")
         deployed.host.run("systemctl start redis-server")
-        healthy = deployed.wait_healthy(timeout=15)
-        created = deployed.create(70_001, token)
+        counted = deployed.create(70_001, deployed.token)
+        in_redis = deployed.host.run("redis-cli --scan --pattern 'plants:rate:*'").stdout.split()
+        wait_until(lambda: len(deployed.app_workers()) == 1, None, 60, "the old app server retired")
+        # A listener changed takes a restart: the reload says so, and the running version serves on.
+        deployed.configure(PLANTS_LISTEN="0.0.0.0:8001")
+        listener_since = deployed.now()
+        listener = deployed.host.run("systemctl reload plantstore", check=False)
+        why = deployed.wait_for_line(listener_since, "reload: failed")  # deploy/reload.py's line
+        still = deployed.create(70_002, deployed.token)
     finally:
+        deployed.configure(PLANTS_LISTEN="0.0.0.0:8000", APP_PROCESSES="2")
         deployed.unconfigure("REDIS_URL")
-        deployed.restart()
+        deployed.host.run("systemctl reload plantstore", check=False)
 
-    assert restarted == 0
-    assert (health[0], json.loads(health[2])) == (
-        503,
-        {"error": 50300, "message": "The rate-limit store does not answer."},
-    )
-    assert (refused[0], json.loads(refused[2])["error"]) == (503, 50300)
-    assert (healthy, created[0], json.loads(created[2])) == (200, 200, {"id": 70_001, "name": "Monstera"})
+    assert reloaded == 0
+    assert [(status, text) for _, status, _, text, _ in load.answers if status != 200] == []
+    assert (health[0], json.loads(health[2])) == (200, {"status": "ok"})
+    assert (uncounted[0], uncounted[1]["RateLimit"]) == (200, None)
+    assert "rate-limit store unavailable: ConnectionError (the limits fail open: served uncounted)" in uncounted_line
+    assert (counted[0], counted[1]["RateLimit"] is not None, len(in_redis)) == (200, True, 1)
+    assert (listener.returncode, still[0]) == (1, 200)
+    assert "PLANTS_LISTEN changed (0.0.0.0:8000 to 0.0.0.0:8001): it takes a restart" in why
 
 
 def test_on_sqlite_in_its_state_directory_it_migrates_serves_reloads_and_counts_on_after_a_restart(deployed):
