@@ -34,6 +34,7 @@ FOLDER = "/var/tmp/operator-docs"  # the pages as the runner reads them, its plu
 CHECKOUT = "/root/plantstore"  # the README's developer's checkout, where `make run` serves
 # Loaded by bash before each block (BASH_ENV), then unset, so that the scripts a block runs start as usual.
 ERREXIT = "set -e -o pipefail\nunset BASH_ENV\n"
+END = "END-OF-PLANTSTORE-PAGE"  # the here-documents' delimiter, in no page
 SKIP_MARK = re.compile(r'^\s*<!--\s*pytest\.mark\.skip\(reason="([^"]*)"\)\s*-->\s*$', re.MULTILINE)
 
 
@@ -52,15 +53,18 @@ class OperatorDocs:
         self.runs = 0
 
     def install(self) -> "OperatorDocs":
-        """The runner's venv, and the pages with `<this repository>` replaced."""
+        """The runner's venv; its BASH_ENV file, its conftest and the pages with `<this repository>`
+        replaced, each written by a here-document of one script."""
+        files = {
+            "errexit.bash": ERREXIT,
+            "conftest.py": (ROOT / "tests" / "operator_docs_plugin.py").read_text(),
+            **{name: page.read_text().replace(PLACEHOLDER, REPOSITORY) for name, page in PAGES.items()},
+        }
+        written = "".join(f"cat >{FOLDER}/{name} <<'{END}'\n{text}{END}\n" for name, text in files.items())
         self.host.run(
             f"python3 -m venv {RUNNER} && {RUNNER}/bin/pip install -q -r {REPOSITORY}/tests/requirements-docs.txt"
-            f" && install -d -m 700 {FOLDER}"
+            f" && install -d -m 700 {FOLDER}\n{written}"
         )
-        self.host.run(f"cat >{FOLDER}/errexit.bash", input=ERREXIT)
-        self.host.run(f"cat >{FOLDER}/conftest.py", input=(ROOT / "tests" / "operator_docs_plugin.py").read_text())
-        for name, page in PAGES.items():
-            self.host.run(f"cat >{FOLDER}/{name}", input=page.read_text().replace(PLACEHOLDER, REPOSITORY))
         return self
 
     def collected(self) -> list[str]:
