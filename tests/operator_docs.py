@@ -2,7 +2,8 @@
 
 The pages are docs/deploying.md, docs/operating.md and README.md. The runner is pytest with
 pytest-codeblocks (tests/requirements-docs.txt), in a venv of its own on the host (/opt/docs-runner,
-from the host's wheelhouse), run there as root from root's home, /root. Its rules:
+from the host's wheelhouse), run there as root, from root's home, /root (the README's blocks from a
+developer's checkout, /root/plantstore). Its rules:
 
 - One substitution: `<this repository>` becomes the host's repository, /srv/plantstore (a git
   repository of the checkout under test); nothing else in a page is changed.
@@ -12,7 +13,7 @@ from the host's wheelhouse), run there as root from root's home, /root. Its rule
   operator stops at the first error. Its standard input is empty; its output, when a block shows it
   (`<!--pytest-codeblocks:expected-output-->`), must be exactly that.
 - A block marked `<!--pytest.mark.skip(reason="...")-->` cannot run there, for that reason: the
-  three such blocks are listed in docs/development.md.
+  blocks so marked are listed in docs/development.md.
 
 The blocks run in the order an operator follows them, the test module running each at its step
 (between them it plays the operator's editor and the clients); every block runs once, and the last

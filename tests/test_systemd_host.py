@@ -85,10 +85,11 @@ def test_a_release_in_a_folder_of_its_own_then_a_rollback_under_load_fails_no_re
     """docs/deploying.md's release folders, as written: a new release made and switched to by its
     link, then the rollback's block under load: every app worker is replaced by one of the previous
     release's, and no request fails."""
+    since = deployed.now()
     docs.run("deploying.md", "release=/opt/plantstore-releases/$(date +%Y%m%d%H%M%S)")
+    deployed.wait_for_line(since, "serve: the old app server has stopped", timeout=60)
     release = deployed.host.run("readlink /opt/plantstore").stdout.strip()
     previous = deployed.host.run("readlink /opt/plantstore.previous").stdout.strip()
-    wait_until(lambda: len(deployed.app_workers()) == 2, None, 60, "the old app server retired")
     old_workers, since = deployed.app_workers(), deployed.now()
     with deployed.load(deployed.token, first_id=10_000, clients=4, limit=3000, timeout=30) as load:
         load.wait_for(50)
@@ -126,7 +127,6 @@ def test_a_release_that_cannot_import_fails_the_reload_with_the_reason_and_the_r
         f">>{broken}/plantstore_site/settings.py"
     )
     token, since = deployed.token, deployed.now()
-    wait_until(lambda: len(deployed.app_workers()) == 2, None, 60, "the old app server retired")
     workers = deployed.app_workers()
     with deployed.load(token, first_id=20_000, clients=2, limit=1000, timeout=30) as load:
         load.wait_for(20)
