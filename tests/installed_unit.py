@@ -50,7 +50,6 @@ class Deployed:
 
     def __init__(self, host: SystemdHost):
         self.host, self.url = host, host.url
-        self.outcome: dict[str, object] = {}
         self.token = ""  # a token of the service's, issued as docs/operating.md says
 
     def configure(self, **settings: str) -> None:

@@ -62,7 +62,7 @@ def deployed(systemd_host, docs) -> Deployed:
     service.start_tls_proxy()
     since = service.now()
     docs.run("deploying.md", "cd /opt/plantstore && git pull")  # the release: its systemctl start, then reload
-    service.outcome["reloaded"] = service.wait_for_line(since, "serve: the old app server has stopped", timeout=60)
+    service.wait_for_line(since, "serve: the old app server has stopped", timeout=60)
     service.token = service.issue(CLIENT)
     return service
 
