@@ -21,7 +21,7 @@ from tests.installed_unit import (
     TLS_PROXY_ADDRESS,
     Deployed,
 )
-from tests.live import request
+from tests.live import Browser, request
 from tests.operator_docs import CHECKOUT, PAGES, OperatorDocs, skip_reasons
 
 # One host per module; the host is no database of the run's: once, in the SQLite pass, as the container tests.
@@ -173,8 +173,17 @@ def digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def test_the_secret_key_rotated_as_written_is_in_force_after_the_reload_and_tokens_still_serve(deployed, docs):
-    before = digest(app_environment(deployed, "DJANGO_SECRET_KEY"))
+def test_the_secret_key_rotated_as_written_logs_the_admins_out_and_api_tokens_serve_on(deployed, docs):
+    """docs/operating.md's rotation, as written: the reload puts the new key in force; an admin's
+    session from before no longer opens the admin, and the API's token still creates."""
+    password = secrets.token_urlsafe(16)
+    deployed.host.run(
+        f"{MANAGE} DJANGO_SUPERUSER_PASSWORD={password} createsuperuser --no-input --username rotation"
+        " --email rotation@example.com"
+    )
+    admin = Browser(deployed.host.port, "127.0.0.1", proxy="127.0.0.1")  # podman forwards from 127.0.0.1 alone
+    logged_in = admin.log_in("rotation", password)[0]
+    before = admin.send("GET", "/admin/")[0], digest(app_environment(deployed, "DJANGO_SECRET_KEY"))
     since = deployed.now()
     docs.run("operating.md", "key=$(python3 -c 'import secrets; print(secrets.token_urlsafe(50))')")
     deployed.wait_for_line(since, "serve: the old app server has stopped", timeout=60)
@@ -182,10 +191,12 @@ def test_the_secret_key_rotated_as_written_is_in_force_after_the_reload_and_toke
         line.split("=", 1)[1] for line in deployed.host.run(f"cat {ENV_FILE}").stdout.splitlines()
         if line.startswith("DJANGO_SECRET_KEY=")
     )  # fmt: skip
-    after = digest(app_environment(deployed, "DJANGO_SECRET_KEY"))
+    after = admin.send("GET", "/admin/"), digest(app_environment(deployed, "DJANGO_SECRET_KEY"))
     mode = deployed.host.run(f"stat -c '%a %U' {ENV_FILE}").stdout.strip()
 
-    assert (after != before, after == digest(in_file), mode) == (True, True, "600 root")
+    assert (logged_in, before[0]) == (302, 200)
+    assert (after[0][0], after[0][1]["Location"]) == (302, "/admin/login/?next=/admin/")
+    assert (after[1] != before[1], after[1] == digest(in_file), mode) == (True, True, "600 root")
     assert deployed.create(4, deployed.token)[0] == 200
 
 
