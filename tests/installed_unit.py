@@ -1,12 +1,10 @@
-"""The systemd unit on a host of tests/systemd_host.py, installed as docs/deploying.md says: the docs'
-command blocks, and what its operator does to it and sees of it (systemctl, the journal, requests)."""
+"""The systemd unit on a host of tests/systemd_host.py, installed as docs/deploying.md says: what its
+operator does to it and sees of it (the settings file, systemctl, the journal, requests)."""
 
-import re
 import time
 
-from deploy.processes import ROOT
-from tests.live import Load, request
-from tests.systemd_host import REPOSITORY, SystemdHost
+from tests.live import PUBLIC_HOST, Load, request
+from tests.systemd_host import SystemdHost
 
 ENV_FILE = "/etc/plantstore/plantstore.env"
 # .env.example's failover pair (a primary and its standby): nothing answers on 5433, so libpq goes
@@ -20,14 +18,31 @@ SQLITE_URL = "sqlite:////var/lib/plantstore/db.sqlite3"
 RATE = 1_000_000
 # How the docs' management commands run on the host (docs/operating.md, Tokens).
 MANAGE = "cd /opt/plantstore && deploy/plantstore-manage"
-
-
-def command_blocks(page: str = "deploying.md", heading: str = "### Installing it as a systemd service") -> list[str]:
-    """The shell blocks of the section `heading` of docs/`page`, in order, with `<this repository>`
-    replaced by the host's. By default the install, each release, each release in a folder."""
-    section = (ROOT / "docs" / page).read_text().split(f"{heading}\n")[1]
-    blocks = re.findall(r"^```sh\n(.*?)^```", re.split(r"\n#{2,3} ", section)[0], re.MULTILINE | re.DOTALL)
-    return [block.replace("<this repository>", REPOSITORY) for block in blocks]
+# The TLS proxy in front of the unit on the host itself, for the docs' requests to the public name
+# (https://plants.example.com, looked up in the host's /etc/hosts): Debian's nginx, run by a transient
+# unit, its certificate self-signed and added to the host's authorities (a copy of the bundle with it,
+# mounted over the one podman mounted read-only). It connects to the unit from 127.0.0.1.
+TLS_PROXY_ADDRESS = "127.0.0.1"
+TLS_PROXY = """\
+pid /run/tls-proxy.pid;
+error_log stderr;
+events {{}}
+http {{
+    access_log off;
+    server {{
+        listen {address}:443 ssl;
+        server_name {host};
+        ssl_certificate /etc/tls-proxy/certificate.pem;
+        ssl_certificate_key /etc/tls-proxy/key.pem;
+        location / {{
+            proxy_pass http://127.0.0.1:8000;
+            proxy_set_header Host $host;
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+            proxy_set_header X-Forwarded-Proto https;
+        }}
+    }}
+}}
+"""
 
 
 class Deployed:
@@ -35,7 +50,6 @@ class Deployed:
 
     def __init__(self, host: SystemdHost):
         self.host, self.url = host, host.url
-        self.outcome: dict[str, object] = {}
         self.token = ""  # a token of the service's, issued as docs/operating.md says
 
     def configure(self, **settings: str) -> None:
@@ -54,6 +68,25 @@ class Deployed:
         lines = self.host.run(f"cat {ENV_FILE}").stdout.splitlines()
         kept = [line for line in lines if line.split("=", 1)[0] not in names]
         self.host.run(f"cat >{ENV_FILE}", input="\n".join(kept) + "\n")
+
+    def start_tls_proxy(self) -> None:
+        """The TLS proxy on the host for the public name (TLS_PROXY)."""
+        self.host.run("install -d -m 700 /etc/tls-proxy")
+        self.host.run(
+            "cat >/etc/tls-proxy/nginx.conf", input=TLS_PROXY.format(address=TLS_PROXY_ADDRESS, host=PUBLIC_HOST)
+        )
+        self.host.run(
+            "cd /etc/tls-proxy && openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN={host}"
+            " -addext subjectAltName=DNS:{host} -keyout key.pem -out certificate.pem 2>/dev/null"
+            " && cat /etc/ssl/certs/ca-certificates.crt certificate.pem >ca-certificates.crt"
+            " && mount --bind ca-certificates.crt /etc/ssl/certs/ca-certificates.crt"
+            " && echo '{address} {host}' >>/etc/hosts"
+            " && systemd-run --quiet --unit=tls-proxy nginx -c /etc/tls-proxy/nginx.conf -g 'daemon off;'"
+            " && until curl -so /dev/null https://{host}/livez; do sleep 0.2; done".format(
+                host=PUBLIC_HOST, address=TLS_PROXY_ADDRESS
+            ),
+            timeout=60,
+        )
 
     def restart(self) -> int:
         """systemctl restart: its exit status, once the unit is ready again (Type=notify)."""

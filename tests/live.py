@@ -6,6 +6,7 @@ import functools
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from functools import partial
+from http.cookies import SimpleCookie
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
@@ -68,8 +70,8 @@ class ProxiedConnection(http.client.HTTPConnection):
     X-Forwarded-Proto, as tests/topologies.py's TlsProxy): the client's headers, Host the public
     name unless it sent one, `client` appended to any X-Forwarded-For it sent, X-Forwarded-Proto https."""
 
-    def __init__(self, port: int, client: str = "127.0.0.1", timeout: float = 10):
-        super().__init__("127.0.0.1", port, timeout=timeout, source_address=(TLS_PROXY_ADDRESS, 0))
+    def __init__(self, port: int, client: str = "127.0.0.1", timeout: float = 10, proxy: str = TLS_PROXY_ADDRESS):
+        super().__init__("127.0.0.1", port, timeout=timeout, source_address=(proxy, 0))
         self.client = client
 
     def request(self, method, url, body=None, headers=None, **kwargs):
@@ -78,6 +80,43 @@ class ProxiedConnection(http.client.HTTPConnection):
         headers["X-Forwarded-For"] = f"{forwarded}, {self.client}" if forwarded else self.client
         headers["X-Forwarded-Proto"] = "https"
         super().request(method, url, body, headers, **kwargs)
+
+
+class Browser:
+    """A browser at one loopback address whose requests reach the unit through the TLS proxy (at the
+    loopback address `proxy`), keeping its cookies."""
+
+    def __init__(self, port: int, address: str, proxy: str = TLS_PROXY_ADDRESS):
+        self.port, self.address, self.proxy, self.cookies = port, address, proxy, SimpleCookie()
+
+    def send(self, method: str, path: str, form: dict | None = None, headers: dict | None = None):
+        """(status, headers, text) of one request, on a new connection from this browser's address."""
+        # Through the TLS proxy: the page's origin is the public host's, over HTTPS.
+        conn = ProxiedConnection(self.port, client=self.address, timeout=30, proxy=self.proxy)
+        origin = f"https://{PUBLIC_HOST}"
+        sent = {"Accept": "text/html", **(headers or {})}
+        if self.cookies:
+            sent["Cookie"] = "; ".join(f"{name}={morsel.value}" for name, morsel in self.cookies.items())
+        body = None
+        if form is not None:
+            body = urlencode(form)
+            sent.update({"Content-Type": "application/x-www-form-urlencoded", "Origin": origin})
+        try:
+            conn.request(method, path, body, sent)
+            response = conn.getresponse()
+            text = response.read().decode()
+        finally:
+            conn.close()
+        for cookie in response.msg.get_all("Set-Cookie") or []:
+            self.cookies.load(cookie)
+        return response.status, response.msg, text
+
+    def log_in(self, username: str, password: str, headers: dict | None = None):
+        """GET the login page (CSRF cookie and token), then POST its form, as a person does."""
+        _, _, page = self.send("GET", "/admin/login/?next=/admin/")
+        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+        form = {"csrfmiddlewaretoken": csrf, "username": username, "password": password, "next": "/admin/"}
+        return self.send("POST", "/admin/login/?next=/admin/", form, headers)
 
 
 class PublicHostTlsConnection(http.client.HTTPSConnection):

@@ -25,10 +25,12 @@ NGINX_PORT = 8000
 # The host's containers and folders are named for the test process that made them, so that a run
 # can remove those a killed run left behind.
 PREFIX = "plantstore-host-"
-# The host's pip installs from a wheelhouse of requirements.txt's pins (an operator's /etc/pip.conf:
-# no index, these wheels), made once per Debian release and requirements.txt, the one time the host
-# reaches PyPI; its older ones for that release are removed then.
+# The host's pip installs from a wheelhouse of requirements.txt's pins and the docs' runner's (an
+# operator's /etc/pip.conf: no index, these wheels), made once per Debian release and pins, the one
+# time the host reaches PyPI; its older ones for that release are removed then.
 WHEELS = CACHE / "systemd-host-wheels"
+# What the wheelhouse holds: the service's pins, and those of the docs' runner (tests/operator_docs.py).
+PINNED = ("requirements.txt", "tests/requirements-docs.txt")
 BOOT_S = 120
 # A terminal's control sequences: CSI (ESC [ ... letter) and OSC (ESC ] ... BEL or ESC \).
 TERMINAL_CONTROLS = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
@@ -115,14 +117,15 @@ class SystemdHost:
         return self.use_wheelhouse()
 
     def use_wheelhouse(self) -> "SystemdHost":
-        """pip on the host installs requirements.txt's pins from WHEELS alone, downloaded there first if need be."""
+        """pip on the host installs the PINNED requirements from WHEELS alone, downloaded there first if need be."""
         release = self.image.rpartition(":")[2].split("-")[0]  # the image's tag: SUITE-HASH
-        pins = hashlib.sha256((self.repository / "requirements.txt").read_bytes()).hexdigest()[:12]
+        requirements = " ".join(f"-r {REPOSITORY}/{name}" for name in PINNED)
+        pins = hashlib.sha256(b"".join((self.repository / name).read_bytes() for name in PINNED)).hexdigest()[:12]
         wheels = f"{release}-{pins}"
         if not (WHEELS / wheels).is_dir():
             self.run(
                 f"python3 -m venv /tmp/wheels && /tmp/wheels/bin/pip download -q -d /srv/wheels/{wheels}.{self.name}"
-                f" -r {REPOSITORY}/requirements.txt && rm -r /tmp/wheels"
+                f" {requirements} && rm -r /tmp/wheels"
             )
             try:
                 (WHEELS / f"{wheels}.{self.name}").rename(WHEELS / wheels)  # whole or not at all

@@ -4,8 +4,6 @@ import re
 import subprocess
 import sys
 from datetime import timedelta
-from http.cookies import SimpleCookie
-from urllib.parse import urlencode
 
 import pytest
 from django.contrib.auth.models import User
@@ -17,7 +15,7 @@ from django.utils import timezone
 from plants.models import ApiToken, Plant
 from plants.services import token_issue
 from plants.tokens import token_digest
-from tests.live import PUBLIC_HOST, ROOT, MakeServe, ProxiedConnection
+from tests.live import ROOT, Browser, MakeServe
 
 pytestmark = pytest.mark.django_db
 
@@ -317,42 +315,6 @@ def test_a_login_clears_only_that_users_failures_from_that_address(admins):
 
     # admin's four failures from this address still count: the fifth locks it.
     assert_locked_out(admin_login(client, "admin", "guess-4", "127.0.0.2"))
-
-
-class Browser:
-    """A browser at one loopback address whose requests reach the unit through the TLS proxy, keeping its cookies."""
-
-    def __init__(self, port: int, address: str):
-        self.port, self.address, self.cookies = port, address, SimpleCookie()
-
-    def send(self, method: str, path: str, form: dict | None = None, headers: dict | None = None):
-        """(status, headers, text) of one request, on a new connection from this browser's address."""
-        # Through the TLS proxy: the page's origin is the public host's, over HTTPS.
-        conn = ProxiedConnection(self.port, client=self.address, timeout=30)
-        origin = f"https://{PUBLIC_HOST}"
-        sent = {"Accept": "text/html", **(headers or {})}
-        if self.cookies:
-            sent["Cookie"] = "; ".join(f"{name}={morsel.value}" for name, morsel in self.cookies.items())
-        body = None
-        if form is not None:
-            body = urlencode(form)
-            sent.update({"Content-Type": "application/x-www-form-urlencoded", "Origin": origin})
-        try:
-            conn.request(method, path, body, sent)
-            response = conn.getresponse()
-            text = response.read().decode()
-        finally:
-            conn.close()
-        for cookie in response.msg.get_all("Set-Cookie") or []:
-            self.cookies.load(cookie)
-        return response.status, response.msg, text
-
-    def log_in(self, username: str, password: str, headers: dict | None = None):
-        """GET the login page (CSRF cookie and token), then POST its form, as a person does."""
-        _, _, page = self.send("GET", "/admin/login/?next=/admin/")
-        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
-        form = {"csrfmiddlewaretoken": csrf, "username": username, "password": password, "next": "/admin/"}
-        return self.send("POST", "/admin/login/?next=/admin/", form, headers)
 
 
 @pytest.mark.live

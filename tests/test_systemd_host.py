@@ -1,7 +1,9 @@
 """deploy/plantstore.service under systemd as PID 1 (tests/systemd_host.py), installed as
-docs/deploying.md says, its command blocks run as written, on the host's PostgreSQL from Debian
-and on SQLite: what an operator sees of its start, reloads, stop, journal, sandbox and restarts."""
+docs/deploying.md says, on the host's PostgreSQL from Debian and on SQLite, the shell blocks of the
+operator's pages run as written there (tests/operator_docs.py): what an operator sees of its start,
+releases, rollback, tokens, backups, reloads, stop, journal, sandbox and restarts."""
 
+import hashlib
 import json
 import re
 import secrets
@@ -16,53 +18,52 @@ from tests.installed_unit import (
     MANAGE,
     RATE,
     SQLITE_URL,
+    TLS_PROXY_ADDRESS,
     Deployed,
-    command_blocks,
 )
-from tests.live import request
+from tests.live import Browser, request
+from tests.operator_docs import CHECKOUT, PAGES, OperatorDocs, skip_reasons
 
 # One host per module; the host is no database of the run's: once, in the SQLite pass, as the container tests.
 pytestmark = [pytest.mark.live, pytest.mark.container]
+# The tests' own token, issued once the service runs; the docs' token is billing-service's.
+CLIENT = "tests-client"
+PSQL = "cd / && runuser -u postgres -- psql -d plantstore -Atc"
 
 
 @pytest.fixture(scope="module")
-def deployed(systemd_host) -> Deployed:
-    """The host's operator's path, as written: the install block, the environment file edited (a
-    secret key, the metrics token, the database as the failover pair's URL, the TLS proxy), a role
-    and a database made on the host's PostgreSQL, then the first release's block; `outcome` holds
-    what each step answered."""
+def docs(systemd_host) -> OperatorDocs:
+    return OperatorDocs(systemd_host).install()
+
+
+@pytest.fixture(scope="module")
+def deployed(systemd_host, docs) -> Deployed:
+    """The host's operator's path, as written: docs/deploying.md's install block; then what the page
+    leaves to the operator's editor and database host: the environment file edited (a secret key, the
+    metrics token, the database as the failover pair's URL, the TLS proxies), a role and a database made
+    on the host's PostgreSQL, a TLS proxy in front on the host; then the first release's block."""
     service = Deployed(systemd_host)
-    install, release, _ = command_blocks()
-    systemd_host.run(install)
+    docs.run("deploying.md", "apt-get install --no-install-recommends nginx python3-venv")
     password = secrets.token_hex(16)
     systemd_host.run(
         "cd / && runuser -u postgres -- createuser plantstore && runuser -u postgres -- createdb --owner plantstore plantstore"
         f" && runuser -u postgres -- psql -q -c \"ALTER ROLE plantstore PASSWORD '{password}'\""
     )
-    # The TLS proxy in front is this machine: podman's published port brings its connections from
-    # the host's gateway address.
+    # The TLS proxies in front: this machine, whose connections podman's published port brings from
+    # the host's gateway address, and the host's own, for the docs' requests to the public name.
     gateway = systemd_host.run("ip -4 route show default").stdout.split()[2]
     service.configure(
         DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
         PLANTS_METRICS_TOKEN=secrets.token_urlsafe(32),
         DATABASE_URL=FAILOVER_URL.format(password=password),
-        PLANTS_TRUSTED_PROXIES=gateway,
+        PLANTS_TRUSTED_PROXIES=f"{gateway},{TLS_PROXY_ADDRESS}",
         PLANTS_THROTTLE_RATE=f"{RATE}/day",
     )
-    # The release, to its `systemctl start`; what answers right after; then its reload.
-    lines = release.splitlines()
-    start = next(index for index, line in enumerate(lines) if line.startswith("systemctl start"))
-    service.outcome["started"] = systemd_host.run("\n".join(lines[: start + 1]), check=False).returncode
-    service.outcome["livez_after_start"] = request(f"{service.url}/livez", proxy="127.0.0.1")[0]
-    service.outcome["state_after_start"] = service.show("ActiveState", "SubState")
+    service.start_tls_proxy()
     since = service.now()
-    service.outcome["reloaded"] = systemd_host.run("\n".join(lines[start + 1 :]), check=False).returncode
+    docs.run("deploying.md", "cd /opt/plantstore && git pull")  # the release: its systemctl start, then reload
     service.wait_for_line(since, "serve: the old app server has stopped", timeout=60)
-    # docs/operating.md's token issue under the unit, as written: the token alone on standard output.
-    [issue] = [block for block in command_blocks("operating.md", "## Tokens") if "plantstore-manage" in block]
-    issued = systemd_host.run(issue)
-    service.token = issued.stdout.strip()
-    service.outcome["issued"] = (len(issued.stdout.split()), issued.stderr.startswith("Issued token plnt_"))
+    service.token = service.issue(CLIENT)
     return service
 
 
@@ -72,14 +73,7 @@ def test_installed_as_the_docs_say_it_starts_once_ready_on_the_failover_pair_s_u
     anonymous = deployed.create(2, "")
     other_host = request(f"{deployed.url}/healthz", proxy="127.0.0.1", Host="127.0.0.1")
 
-    # systemctl start returned once /livez answered through nginx (Type=notify): no wait after it.
-    assert deployed.outcome == {
-        "started": 0,
-        "livez_after_start": 200,
-        "state_after_start": {"ActiveState": "active", "SubState": "running"},
-        "reloaded": 0,
-        "issued": (1, True),
-    }
+    assert deployed.show("ActiveState", "SubState") == {"ActiveState": "active", "SubState": "running"}
     # migrate, through deploy/plantstore-manage, on the failover pair's URL: its tables are in PostgreSQL.
     assert {"plants_plant", "plants_apitoken"} <= {line.split("|")[1] for line in tables.splitlines()}
     assert (created[0], json.loads(created[2]), created[1]["Server"]) == (200, {"id": 1, "name": "Monstera"}, "nginx")
@@ -87,20 +81,19 @@ def test_installed_as_the_docs_say_it_starts_once_ready_on_the_failover_pair_s_u
     assert deployed.host.failed_units == []
 
 
-def test_a_release_in_a_folder_of_its_own_switched_and_reloaded_under_load_fails_no_request(deployed):
-    """docs/deploying.md's release folders, as written: a new release made, the link switched, and
-    `systemctl reload` under load: every app worker is replaced by one of the new release's."""
-    folder_block = command_blocks()[2]
-    lines = folder_block.splitlines()
-    switch = next(index for index, line in enumerate(lines) if line.startswith(("[ -L", "ln -sfn")))
-    token, since = deployed.token, deployed.now()
-    deployed.host.run("\n".join(lines[:switch]))  # the release made, the deploy step run, not yet switched
-    release = deployed.host.run("ls -d /opt/plantstore-releases/2* | sort | tail -n 1").stdout.strip()
-    old_workers = deployed.app_workers()
-    with deployed.load(token, first_id=10_000, clients=4, limit=3000, timeout=30) as load:
+def test_a_release_in_a_folder_of_its_own_then_a_rollback_under_load_fails_no_request(deployed, docs):
+    """docs/deploying.md's release folders, as written: a new release made and switched to by its
+    link, then the rollback's block under load: every app worker is replaced by one of the previous
+    release's, and no request fails."""
+    since = deployed.now()
+    docs.run("deploying.md", "release=/opt/plantstore-releases/$(date +%Y%m%d%H%M%S)")
+    deployed.wait_for_line(since, "serve: the old app server has stopped", timeout=60)
+    release = deployed.host.run("readlink /opt/plantstore").stdout.strip()
+    previous = deployed.host.run("readlink /opt/plantstore.previous").stdout.strip()
+    old_workers, since = deployed.app_workers(), deployed.now()
+    with deployed.load(deployed.token, first_id=10_000, clients=4, limit=3000, timeout=30) as load:
         load.wait_for(50)
-        # The switch and the reload, as written, $release being the folder the lines above made.
-        reloaded = deployed.host.run("\n".join([f"release={release}", *lines[switch:]]), check=False)
+        docs.run("deploying.md", 'ln -sfn "$(readlink /opt/plantstore.previous)" /opt/plantstore.next')
         deployed.wait_for_line(since, "serve: the old app server has stopped")
         answered_after = len(load.answers)
         load.wait_for(answered_after + 300)
@@ -108,23 +101,25 @@ def test_a_release_in_a_folder_of_its_own_switched_and_reloaded_under_load_fails
     [app] = {deployed.processes()[worker][0] for worker in new_workers}
     runs_from = deployed.host.run(f"readlink /proc/{app}/cwd").stdout.strip()
 
-    assert (reloaded.returncode, reloaded.stderr) == (0, "")
+    assert (release.startswith("/opt/plantstore-releases/2"), previous) == (True, "/opt/plantstore-releases/first")
     assert len(load.answers) >= answered_after + 300
     assert [(status, text) for _, status, _, text, _ in load.answers if status != 200] == []
-    assert (len(old_workers), len(new_workers), old_workers & new_workers, runs_from) == (2, 2, set(), release)
+    assert (len(old_workers), len(new_workers), old_workers & new_workers, runs_from) == (2, 2, set(), previous)
     assert set(deployed.processes()).isdisjoint(old_workers)
     assert "reload: reloaded: the new version serves" in deployed.journal(since)
 
 
+def switch(release: str) -> str:
+    """docs/deploying.md's switch of the link to `release`, and the reload."""
+    return f"ln -sfn {release} /opt/plantstore.next && mv -T /opt/plantstore.next /opt/plantstore\nsystemctl reload plantstore"
+
+
 def test_a_release_that_cannot_import_fails_the_reload_with_the_reason_and_the_running_one_serves_on(deployed):
-    folder_lines = command_blocks()[2].splitlines()
-    [once] = [line for line in folder_lines if line.startswith("[ -L")]
-    [switch] = [line for line in folder_lines if line.startswith("ln -sfn")]
-    # Run alone, this test first makes the installed checkout a release, as that line of the docs does.
-    if deployed.host.run("test -L /opt/plantstore", check=False).returncode:
-        deployed.host.run(
-            f"mkdir -p /opt/plantstore-releases\n{once}\nrelease=/opt/plantstore-releases/first\n{switch}"
-        )
+    # Run alone, this test first makes the installed checkout a release, as docs/deploying.md does once.
+    deployed.host.run(
+        "[ -L /opt/plantstore ] || { mkdir -p /opt/plantstore-releases && mv -T /opt/plantstore "
+        "/opt/plantstore-releases/first && ln -s /opt/plantstore-releases/first /opt/plantstore; }"
+    )
     good = deployed.host.run("readlink -f /opt/plantstore").stdout.strip()
     broken = "/opt/plantstore-releases/broken"
     deployed.host.run(
@@ -135,13 +130,13 @@ def test_a_release_that_cannot_import_fails_the_reload_with_the_reason_and_the_r
     workers = deployed.app_workers()
     with deployed.load(token, first_id=20_000, clients=2, limit=1000, timeout=30) as load:
         load.wait_for(20)
-        failed = deployed.host.run(f"release={broken}\n{switch}\nsystemctl reload plantstore", check=False)
+        failed = deployed.host.run(switch(broken), check=False)
         answered_after = len(load.answers)
         load.wait_for(answered_after + 50)
     journal = deployed.journal(since)
-    # Back, as the docs say: the link to the previous release, and a reload.
+    # Back: the link to the previous release, and a reload.
     since = deployed.now()
-    back = deployed.host.run(f"release={good}\n{switch}\nsystemctl reload plantstore", check=False)
+    back = deployed.host.run(switch(good), check=False)
     deployed.wait_for_line(since, "serve: the old app server has stopped", timeout=60)
 
     assert failed.returncode != 0
@@ -151,6 +146,111 @@ def test_a_release_that_cannot_import_fails_the_reload_with_the_reason_and_the_r
     assert [(status, text) for _, status, _, text, _ in load.answers if status != 200] == []
     assert deployed.show("ActiveState", "SubState") == {"ActiveState": "active", "SubState": "running"}
     assert back.returncode == 0 and deployed.app_workers().isdisjoint(workers)
+
+
+def test_a_token_issued_tried_revoked_and_refused_as_operating_md_shows_through_the_tls_proxy(deployed, docs):
+    """docs/operating.md's token block, its output as the page shows it: 400 (the token accepted, the
+    empty body refused), then the revoked token's 401 body; then its list."""
+    docs.run("operating.md", "token=$(deploy/plantstore-manage token issue billing-service", "token list")
+    listed = deployed.host.run(f"{MANAGE} token list").stdout.splitlines()
+
+    assert [line.split()[-1] for line in listed if line.startswith("billing-service ")] == ["revoked"]
+    assert deployed.create(3, deployed.token)[0] == 200  # another name's token is not touched
+
+
+def app_environment(deployed: Deployed, name: str) -> str:
+    """The value of `name` in the environment of the unit's app server workers (one value for all)."""
+    values = {
+        deployed.host.run(f"tr '\\0' '\\n' </proc/{worker}/environ | grep '^{name}='").stdout
+        for worker in deployed.app_workers()
+    }
+    [value] = values
+    return value.strip().split("=", 1)[1]
+
+
+def digest(key: str) -> str:
+    """A key's SHA-256: what an assertion on a key shows, never the key."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def test_the_secret_key_rotated_as_written_logs_the_admins_out_and_api_tokens_serve_on(deployed, docs):
+    """docs/operating.md's rotation, as written: the reload puts the new key in force; an admin's
+    session from before no longer opens the admin, and the API's token still creates."""
+    password = secrets.token_urlsafe(16)
+    deployed.host.run(
+        f"{MANAGE} DJANGO_SUPERUSER_PASSWORD={password} createsuperuser --no-input --username rotation"
+        " --email rotation@example.com"
+    )
+    admin = Browser(deployed.host.port, "127.0.0.1", proxy="127.0.0.1")  # podman forwards from 127.0.0.1 alone
+    logged_in = admin.log_in("rotation", password)[0]
+    before = admin.send("GET", "/admin/")[0], digest(app_environment(deployed, "DJANGO_SECRET_KEY"))
+    since = deployed.now()
+    docs.run("operating.md", "key=$(python3 -c 'import secrets; print(secrets.token_urlsafe(50))')")
+    deployed.wait_for_line(since, "serve: the old app server has stopped", timeout=60)
+    in_file = next(
+        line.split("=", 1)[1] for line in deployed.host.run(f"cat {ENV_FILE}").stdout.splitlines()
+        if line.startswith("DJANGO_SECRET_KEY=")
+    )  # fmt: skip
+    after = admin.send("GET", "/admin/"), digest(app_environment(deployed, "DJANGO_SECRET_KEY"))
+    mode = deployed.host.run(f"stat -c '%a %U' {ENV_FILE}").stdout.strip()
+
+    assert (logged_in, before[0]) == (302, 200)
+    assert (after[0][0], after[0][1]["Location"]) == (302, "/admin/login/?next=/admin/")
+    assert (after[1] != before[1], after[1] == digest(in_file), mode) == (True, True, "600 root")
+    assert deployed.create(4, deployed.token)[0] == 200
+
+
+def test_a_503_s_edge_line_and_app_line_are_found_in_the_journal_as_written(deployed, docs):
+    """docs/operating.md's "Why was a request refused?": with the database stopped, a client's create
+    is a 503, and the page's block finds its edge line, its request id and the app's line."""
+    request_id, since = secrets.token_hex(16), deployed.now()
+    deployed.host.run("systemctl stop 'postgresql@*'")  # the cluster's unit: postgresql's returns before it stops
+    try:
+        refused = deployed.create(5, deployed.token, X_Request_Id=request_id)
+        deployed.wait_for_line(since, f'"request_id": "{request_id}", "duration_s"')  # the edge's, after the app's
+        docs.run("operating.md", "request_id=$(journalctl -u plantstore -o cat --since -15min")
+        lines = [line for line in deployed.journal(since) if request_id in line]
+    finally:
+        deployed.host.run("systemctl start postgresql")
+
+    assert (refused[0], json.loads(refused[2])["error"]) == (503, 50300)
+    assert any(line.startswith('{"edge": true') and '"cause": "app"' in line for line in lines), lines
+    assert any("INFO plants.requests" in line and '"status": 503' in line for line in lines), lines
+    assert deployed.wait_healthy() == 200
+
+
+def test_pgbackrest_set_up_backed_up_and_restored_to_a_moment_as_written(deployed, docs):
+    """docs/operating.md's pgBackRest on the database host, as written: set up, the stanza and a full
+    backup; a plant created, the moment written down, a plant created after it and the first
+    deleted by mistake; the restore to the moment brings the first back, and not the second."""
+    docs.run("operating.md", "apt-get install --no-install-recommends pgbackrest", "stanza=plantstore stanza-create")
+    # pgBackRest restores from a backup that stopped before the moment, its stop time in whole
+    # seconds: the moment comes a second after it, as an operator's moment comes long after.
+    info = deployed.host.run("runuser -u postgres -- pgbackrest --stanza=plantstore --output=json info").stdout
+    stopped = json.loads(info)[0]["backup"][-1]["timestamp"]["stop"]
+    wait_until(lambda: float(deployed.now()) > stopped + 1, None, 10, "a second past the backup's stop")
+    kept = deployed.create(900_001, deployed.token)
+    docs.run("operating.md", "psql -Atc 'SELECT now()' >/root/restore-moment")
+    lost = deployed.create(900_002, deployed.token)
+    deployed.host.run(f"{PSQL} 'DELETE FROM plants_plant WHERE id = 900001'")
+    docs.run("operating.md", "moment=$(cat /root/restore-moment)")
+    restored = deployed.host.run(f"{PSQL} 'SELECT id FROM plants_plant WHERE id > 900000'").stdout.split()
+    backups = deployed.host.run("runuser -u postgres -- pgbackrest --stanza=plantstore info").stdout
+    deployed.wait_healthy()
+    after = deployed.create(900_003, deployed.token)
+
+    assert (kept[0], lost[0], restored, after[0]) == (200, 200, ["900001"], 200)
+    assert (backups.count("full backup: "), backups.count("diff backup: ")) == (1, 1), backups
+
+
+def test_postgresql_s_restart_drop_in_as_written_is_in_force(deployed, docs):
+    """docs/operating.md's drop-in for PostgreSQL's clusters (Full disk), its output as the page shows it."""
+    docs.run("operating.md", "mkdir -p /etc/systemd/system/postgresql@.service.d")
+    main_pid = deployed.host.run("systemctl show -p MainPID --value 'postgresql@*'").stdout.strip()
+    deployed.host.run(f"kill -KILL {main_pid}")  # the postmaster dies: systemd starts it again in 5 s
+
+    assert deployed.wait_healthy(timeout=60) == 200
+    assert deployed.host.run("systemctl show -p NRestarts --value 'postgresql@*'").stdout.strip() == "1"
 
 
 def test_the_journal_holds_the_app_s_request_lines_and_nginx_s(deployed):
@@ -163,7 +263,7 @@ def test_the_journal_holds_the_app_s_request_lines_and_nginx_s(deployed):
     assert (created[0], traced[0]) == (200, 405)
     assert re.fullmatch(
         r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO plants\.requests "
-        r'\{"method": "POST", "path": "/plants", "status": 200, "duration_ms": [\d.]+, "token": "billing-service", '
+        rf'\{{"method": "POST", "path": "/plants", "status": 200, "duration_ms": [\d.]+, "token": "{CLIENT}", '
         rf'"client": "127\.0\.0\.1", "request_id": "{request_id}", "trace_id": "[0-9a-f]{{32}}", "span_id": "[0-9a-f]{{16}}"\}}',
         app_line,
     ), app_line
@@ -226,13 +326,15 @@ def test_stop_drains_succeeds_and_leaves_no_process_of_the_service_user(deployed
     left = deployed.host.run("ps -u plantstore -o pid=,args=", check=False)
     journal = deployed.journal(since)
     started = deployed.host.run("systemctl start plantstore", check=False)
+    # systemctl start returned once /livez answered through nginx (Type=notify): no wait after it.
+    livez_after_start = request(f"{deployed.url}/livez", proxy="127.0.0.1")[0]
 
     assert (stopped.returncode, shown) == (0, {"Result": "success", "ActiveState": "inactive"})
     assert (left.returncode, left.stdout) == (1, "")  # ps: no process of that user
     # Every request got its answer or found no server listening; none was cut off.
     assert [(status, text) for _, status, _, text, _ in load.answers if status not in (200, None)] == []
     assert "serve: stopping gracefully" in journal
-    assert started.returncode == 0
+    assert (started.returncode, livez_after_start) == (0, 200)
 
 
 def test_the_enabled_unit_is_back_after_the_host_restarts_and_counts_on(deployed):
@@ -272,7 +374,7 @@ def test_deploy_s_manage_script_passes_the_command_s_exit_status_and_output_thro
         "",
         "CommandError: No active token named 'nobody'.\n",
     )
-    assert (listed[0].split(), [line.split()[0] for line in listed].count("billing-service")) == (
+    assert (listed[0].split(), [line.split()[0] for line in listed].count(CLIENT)) == (
         ["NAME", "PREFIX", "CREATED", "EXPIRES", "LAST", "USED", "STATUS"],
         1,
     )
@@ -281,9 +383,12 @@ def test_deploy_s_manage_script_passes_the_command_s_exit_status_and_output_thro
 
 
 def test_on_a_terminal_createsuperuser_through_it_asks_its_questions_and_a_failure_s_status_comes_back(deployed):
+    """docs/operating.md's createsuperuser block, marked for the docs' runner, which has no terminal:
+    run here as written, on one."""
     password = secrets.token_urlsafe(16)
     username = f"operator-{secrets.token_hex(4)}"
     answers = {"Username": username, "Email address": "operator@example.com", "Password": password}
+    assert f"```bash\n{MANAGE} createsuperuser\n```" in PAGES["operating.md"].read_text()
     transcript = deployed.host.converse(f"{MANAGE} createsuperuser", answers)
     check = f"from django.contrib.auth.models import User; print(User.objects.get(username='{username}').is_superuser)"
     superuser = deployed.host.run(f'{MANAGE} shell -v 0 -c "{check}"').stdout
@@ -365,7 +470,7 @@ def test_a_changed_settings_file_is_applied_by_a_reload_under_load_and_redis_dow
     assert "PLANTS_LISTEN changed (0.0.0.0:8000 to 0.0.0.0:8001): it takes a restart" in why
 
 
-def test_on_sqlite_in_its_state_directory_it_migrates_serves_reloads_and_counts_on_after_a_restart(deployed):
+def test_on_sqlite_in_its_state_directory_it_migrates_serves_reloads_and_counts_on_after_a_restart(deployed, docs):
     database_url = next(
         line.split("=", 1)[1]
         for line in deployed.host.run(f"cat {ENV_FILE}").stdout.splitlines()
@@ -386,8 +491,7 @@ def test_on_sqlite_in_its_state_directory_it_migrates_serves_reloads_and_counts_
         after = deployed.create(2, token, name="Fern")
         owner = deployed.host.run("stat -c '%U %a' /var/lib/plantstore /var/lib/plantstore/db.sqlite3").stdout
         # docs/operating.md's online copy, as written, while the service serves.
-        [backup] = command_blocks("operating.md", "### SQLite: an online copy")
-        deployed.host.run(backup)
+        docs.run("operating.md", "deploy/plantstore-manage sqlite_backup /var/lib/plantstore/backup.sqlite3")
         copied = deployed.host.run(
             'python3 -c "import sqlite3; print(sorted(row[0] for row in sqlite3.connect('
             "'/var/lib/plantstore/backup.sqlite3').execute('SELECT id FROM plants_plant')))\""
@@ -404,3 +508,29 @@ def test_on_sqlite_in_its_state_directory_it_migrates_serves_reloads_and_counts_
     ]
     assert owner.splitlines() == ["plantstore 700", "plantstore 644"]
     assert copied == "[1, 2]\n"
+
+
+def test_every_shell_block_of_the_operator_s_pages_ran_as_written_and_passed_but_the_marked_ones(deployed, docs):
+    """The blocks no test above ran at its step (a new one, and the marked ones, skipped with their
+    reasons); then the README's first create, with make run's recipe serving in a developer's
+    checkout on the host (in place of the stopped unit, on its port: the host has no make, and the
+    venv is the release's, of the same requirements.txt): every block of the three pages ran once
+    and passed, but the marked ones."""
+    collected = docs.collected()
+    docs.run_nodes([node for node in collected if node not in docs.results and not node.startswith("README.md")])
+    deployed.host.run(
+        f"systemctl stop plantstore && git clone -q /srv/plantstore {CHECKOUT} && cd {CHECKOUT}"
+        " && ln -s /opt/plantstore/.venv .venv && DJANGO_DEBUG=1 .venv/bin/python manage.py migrate --no-input -v 0"
+        f" && systemd-run --quiet --unit=make-run --working-directory={CHECKOUT} --setenv=DJANGO_DEBUG=1"
+        " .venv/bin/python manage.py runserver 127.0.0.1:8000"
+        " && until curl -so /dev/null http://127.0.0.1:8000/livez; do sleep 0.2; done",
+        timeout=120,
+    )
+    docs.run_nodes([node for node in collected if node not in docs.results])
+
+    assert [node for node in collected if node not in docs.results] == []
+    assert {node: message for node, (outcome, message) in docs.results.items() if outcome == "failed"} == {}
+    assert sorted(message for outcome, message in docs.results.values() if outcome == "skipped") == sorted(
+        skip_reasons()
+    )
+    assert len(skip_reasons()) == 4
