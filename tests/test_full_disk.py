@@ -50,14 +50,24 @@ def small_filesystem(path: Path, size_mb: int, owner: str | None = None):
             subprocess.run(["umount", "--lazy", str(path)], check=True, capture_output=True, timeout=30)
 
 
-def fill(filesystem: Path) -> Path:
+def fill(filesystem: Path, within_s: float = 10) -> Path:
     """A filler file written into `filesystem` until the write fails with ENOSPC: not one byte is
-    left for anyone (tmpfs keeps none for root)."""
+    left for anyone (tmpfs keeps none for root). Topped up while the load frees space under it
+    (SQLite deletes a transaction's rollback journal as it ends) until none is left."""
     filler = filesystem / "filler"
-    subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=1M"], capture_output=True, timeout=60)
-    if os.statvfs(filesystem).f_bavail:
-        raise RuntimeError(f"{filesystem} is not full")
-    return filler
+    deadline = time.monotonic() + within_s
+    block = "1M"
+    while True:
+        subprocess.run(
+            ["dd", "if=/dev/zero", f"of={filler}", f"bs={block}", "oflag=append", "conv=notrunc"],
+            capture_output=True,
+            timeout=60,
+        )
+        if not os.statvfs(filesystem).f_bavail:
+            return filler
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{filesystem} is not full")
+        block = "4K"
 
 
 def refused_since(load: Load, moment: float) -> int:
