@@ -112,3 +112,22 @@ def test_the_floors_are_judged_on_the_median_of_the_newest_three_runs_of_the_sam
         "1.00",
         "1.00 **met**",
     ]
+
+
+def test_a_target_is_refused_for_errors_in_a_round_or_at_a_point_it_kept_up_with_not_at_an_overload_point():
+    from bench.run import TARGETS, targets_with_errors
+
+    def bench_run(non_2xx: int = 0, failed_kept_up: int = 0, failed_saturated: int = 0) -> dict:
+        clean = {name: [{"non_2xx": 0, "socket_errors": 0}] for name in TARGETS}
+        points = [{"target": name, "failed": 0, "saturated": False} for name in TARGETS] + [
+            {"target": name, "failed": 0, "saturated": True} for name in TARGETS
+        ]
+        rounds = dict(clean, bare=[{"non_2xx": non_2xx, "socket_errors": 0}])
+        points += [{"target": "service", "failed": failed_kept_up, "saturated": False}]
+        points += [{"target": "drf", "failed": failed_saturated, "saturated": True}]
+        return {"rounds": rounds, "open_loop": points}
+
+    assert targets_with_errors(bench_run()) == []
+    assert targets_with_errors(bench_run(non_2xx=1)) == ["bare"]
+    assert targets_with_errors(bench_run(failed_kept_up=1)) == ["service"]
+    assert targets_with_errors(bench_run(failed_saturated=8)) == []
