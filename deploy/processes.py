@@ -104,11 +104,7 @@ def stop_process(process: subprocess.Popen | None, timeout: float = 15, sig: int
     """Send `sig` and wait for the process; SIGKILL it if it has not exited within `timeout`."""
     if process and process.poll() is None:
         process.send_signal(sig)
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        wait_or_kill(process, timeout)
 
 
 def stop_all(servers: list["ServerProcess"], timeout: float, sig: int = signal.SIGTERM) -> None:
@@ -118,11 +114,16 @@ def stop_all(servers: list["ServerProcess"], timeout: float, sig: int = signal.S
         process.send_signal(sig)
     deadline = time.monotonic() + timeout
     for process in running:
-        try:
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        wait_or_kill(process, max(0.0, deadline - time.monotonic()))
+
+
+def wait_or_kill(process: subprocess.Popen, timeout: float) -> None:
+    """Wait for the process to exit within `timeout`; SIGKILL it past that, and reap it."""
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def children(pid: int) -> list[int]:

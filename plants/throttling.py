@@ -80,6 +80,10 @@ def rate_limit_count(token: ApiToken, policy: RatePolicy) -> RateLimitCount | No
     return window_count(token.digest, policy)
 
 
+# What the outage's log line adds when the limits fail open (PLANTS_RATE_LIMIT_FAILURE_MODE).
+FAILING_OPEN = " (the limits fail open: served uncounted)"
+
+
 def window_count(key: str, policy: RatePolicy) -> RateLimitCount | None:
     """Count one event of `key` in the current fixed window of `policy`. A store that fails is a 503
     (PLANTS_RATE_LIMIT_FAILURE_MODE closed), or None: the event goes uncounted (open)."""
@@ -90,15 +94,12 @@ def window_count(key: str, policy: RatePolicy) -> RateLimitCount | None:
     except rate_stores.StoreError as error:
         fails_open = settings.PLANTS_RATE_LIMIT_FAILURE_MODE == "open"
         cause = type(error.__cause__ or error).__name__
-        log_outage(logger, "rate-limit store unavailable: %s%s", cause, UNCOUNTED if fails_open else "", error=error)
+        log_outage(logger, "rate-limit store unavailable: %s%s", cause, FAILING_OPEN if fails_open else "", error=error)
         if fails_open:
             metrics.UNCOUNTED.inc()
             return None
         raise RateLimitStoreUnavailable() from None
     return RateLimitCount(policy, count, reset=max(1, math.ceil(window_start + policy.window - now)))
-
-
-UNCOUNTED = " (the limits fail open: served uncounted)"
 
 
 class TokenRateThrottle(BaseThrottle):
