@@ -47,3 +47,12 @@ def granian_command(env: dict) -> list[str]:
         "--no-access-log",  # the app writes one line per request (plants.requests)
         "plantstore_site.wsgi:application",
     ]
+
+
+if __name__ == "__main__":
+    # The systemd install's slot (deploy/systemd/plantstore-app@.service): Granian itself, in this
+    # process's place, on the socket given, with the unit's settings and APP_ENVIRONMENT beneath them.
+    import sys
+
+    command = [part.format(socket=sys.argv[1]) for part in granian_command(os.environ)]
+    os.execve(command[0], command, {**APP_ENVIRONMENT, **os.environ})

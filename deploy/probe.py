@@ -4,10 +4,18 @@ DJANGO_ALLOWED_HOSTS may name only a public host name that does not resolve here
 any other Host with a 400: so every probe names the first allowed host (docs/decisions/health-probes.md).
 
     python -m deploy.probe [/healthz]    # exit 0 when the path answers 200 (the image's HEALTHCHECK: /livez)
+    python -m deploy.probe --socket SOCKET --wait PID /livez    # the app server's own, on its socket
+
+--wait PID probes until the path answers 200 (exit 0) or process PID has gone or 90 s have passed
+(exit 1): the systemd units' ExecStartPost=, so `systemctl start` returns once the unit serves, and
+fails as soon as its server exits (systemd waits for ExecStartPost= even then).
 """
 
+import argparse
 import os
 import sys
+import time
+from pathlib import Path
 
 from deploy.processes import http_status, with_env_file
 
@@ -18,11 +26,43 @@ def probe_host(allowed_hosts: str) -> str:
     return "localhost" if first == "*" else first.lstrip(".")
 
 
-if __name__ == "__main__":
+WAIT_S = 90
+
+
+def running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: it runs
+        pass
+    return True
+
+
+def main(argv: list[str]) -> int:
     from deploy.unit import listen_address
 
+    parser = argparse.ArgumentParser(prog="python -m deploy.probe")
+    parser.add_argument("path", nargs="?", default="/healthz")
+    parser.add_argument("--socket", type=Path, help="the app server's unix socket, not nginx's address")
+    parser.add_argument("--wait", type=int, metavar="PID", help="probe until 200 while PID runs")
+    args = parser.parse_args(argv)
     env = with_env_file(os.environ)
-    path = sys.argv[1] if len(sys.argv) > 1 else "/healthz"
     port = listen_address(env).rpartition(":")[2]  # where the unit listens, as deploy/serve.py says
-    host = probe_host(env.get("DJANGO_ALLOWED_HOSTS", ""))
-    sys.exit(0 if http_status(f"http://127.0.0.1:{port}{path}", host=host) == 200 else 1)
+    url, host = f"http://127.0.0.1:{port}{args.path}", probe_host(env.get("DJANGO_ALLOWED_HOSTS", ""))
+    deadline = time.monotonic() + WAIT_S
+    while (status := http_status(url, timeout=5, unix_socket=args.socket, host=host)) != 200:
+        if args.wait is None:
+            return 1
+        if not running(args.wait) or time.monotonic() > deadline:
+            where = args.socket or f"127.0.0.1:{port}"
+            sys.stderr.write(
+                f"probe: {args.path} on {where} answered {status} (its server {'ran on' if running(args.wait) else 'exited'})\n"
+            )
+            return 1
+        time.sleep(0.1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,7 +1,8 @@
 """The production unit: nginx on the public address in front of the app server on a unix socket.
 
-Defined once, here: `make serve` and the systemd unit run one (deploy/serve.py); make cluster, the
-tests and the bench start theirs through this class, so what they prove is what production runs.
+Defined once, here: `make serve` and the image run one (deploy/serve.py); make cluster, the tests and
+the bench start theirs through this class. The systemd install runs the same nginx config
+(render_nginx_conf, deploy/edge.py) and app server command (deploy/app_server.py) as units of their own.
 """
 
 import grp
@@ -41,9 +42,6 @@ STOP_S = 40  # Unit.stop's wait for nginx, then for every app server at once: 80
 # A reload's steps, each bounded: a new app server's socket accepts (its workers loaded the app), it
 # answers /livez, nginx accepts the config naming it (nginx -t), nginx's new workers have started.
 APP_START_S, APP_PROBE_S, NGINX_CHECK_S, NGINX_SWITCH_S = 60, 20, 15, 10
-# The longest a reload takes before it reports; deploy/reload.py waits longer, and the systemd unit's
-# TimeoutStartSec=, which bounds ExecReload=, longer still.
-RELOAD_WORST_S = APP_START_S + APP_PROBE_S + NGINX_CHECK_S + NGINX_SWITCH_S
 
 
 def listen_address(env) -> str:

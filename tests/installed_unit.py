@@ -1,5 +1,5 @@
-"""The systemd unit on a host of tests/systemd_host.py, installed as docs/deploying.md says: what its
-operator does to it and sees of it (the settings file, systemctl, the journal, requests)."""
+"""The systemd units on a host of tests/systemd_host.py, installed as docs/deploying.md says: what their
+operator does to them and sees of them (the settings file, releases, systemctl, the journal, requests)."""
 
 import time
 
@@ -18,6 +18,8 @@ SQLITE_URL = "sqlite:////var/lib/plantstore/db.sqlite3"
 RATE = 1_000_000
 # How the docs' management commands run on the host (docs/operating.md, Tokens).
 MANAGE = "cd /opt/plantstore && deploy/plantstore-manage"
+RELEASE = "/opt/plantstore/deploy/plantstore-release"
+SLOT_FILE = "/var/lib/plantstore/slot.env"
 # The TLS proxy in front of the unit on the host itself, for the docs' requests to the public name
 # (https://plants.example.com, looked up in the host's /etc/hosts): Debian's nginx, run by a transient
 # unit, its certificate self-signed and added to the host's authorities (a copy of the bundle with it,
@@ -89,8 +91,16 @@ class Deployed:
         )
 
     def restart(self) -> int:
-        """systemctl restart: its exit status, once the unit is ready again (Type=notify)."""
-        return self.host.run("systemctl restart plantstore", check=False).returncode
+        """systemctl restart plantstore.target: its exit status, once nginx and the slot are ready again."""
+        return self.host.run("systemctl restart plantstore.target", check=False).returncode
+
+    def release(self, check: bool = True):
+        """deploy/plantstore-release, as root: the finished process (its exit status, its lines)."""
+        return self.host.run(RELEASE, check=check, timeout=240)
+
+    def slot(self) -> str:
+        """The serving slot, as the slot file names it: a or b."""
+        return self.host.run(f"cat {SLOT_FILE}").stdout.strip().removeprefix("PLANTS_APP_SLOT=")
 
     def issue(self, name: str) -> str:
         return self.host.run(f"{MANAGE} token issue {name}").stdout.strip()
@@ -102,25 +112,32 @@ class Deployed:
     def load(self, token: str, first_id: int, **options) -> Load:
         return Load(f"{self.url}/plants", token, first_id=first_id, proxy="127.0.0.1", **options)
 
-    def show(self, *properties: str) -> dict[str, str]:
-        shown = self.host.run(f"systemctl show plantstore -p {','.join(properties)}").stdout.splitlines()
+    def show(self, unit: str, *properties: str) -> dict[str, str]:
+        shown = self.host.run(f"systemctl show {unit} -p {','.join(properties)}").stdout.splitlines()
         return dict(line.split("=", 1) for line in shown)
+
+    def active(self) -> dict[str, str]:
+        """The state of each unit that serves: nginx's and the serving slot's."""
+        units = ("plantstore-nginx", f"plantstore-app@{self.slot()}")
+        return {unit: self.show(unit, "ActiveState", "SubState") for unit in units}
 
     def processes(self) -> dict[int, tuple[int, str]]:
         """The service user's processes: {pid: (parent pid, command line)}."""
         listed = self.host.run("ps -u plantstore -o pid=,ppid=,args= || true").stdout.splitlines()
         return {int(pid): (int(ppid), args) for pid, ppid, args in (line.split(None, 2) for line in listed)}
 
+    def app_main(self) -> int:
+        """The serving slot's Granian (its main process)."""
+        return int(self.show(f"plantstore-app@{self.slot()}", "MainPID")["MainPID"])
+
     def app_workers(self) -> set[int]:
-        """Granian's workers: the children of the app server, serve.py's child that is not nginx (one,
-        once a reload's old app server has stopped)."""
-        processes, main = self.processes(), int(self.show("MainPID")["MainPID"])
-        [app] = [pid for pid, (parent, args) in processes.items() if parent == main and "nginx" not in args]
-        return {pid for pid, (parent, _) in processes.items() if parent == app}
+        """Granian's workers: the children of the serving slot's main process."""
+        main = self.app_main()
+        return {pid for pid, (parent, _) in self.processes().items() if parent == main}
 
     def journal(self, since: str, *options: str) -> list[str]:
-        """journalctl -u plantstore -o cat: the unit's lines from `since` (now()'s) on."""
-        return self.host.journal("-u plantstore -o cat", f"--since=@{since}", *options).splitlines()
+        """journalctl -u 'plantstore-*' -o cat: the units' lines from `since` (now()'s) on."""
+        return self.host.journal("-u 'plantstore-*' -o cat", f"--since=@{since}", *options).splitlines()
 
     def now(self) -> str:
         """The host's time, for journal(): journalctl --after-cursor finds nothing with -u on systemd 252."""
@@ -133,7 +150,7 @@ class Deployed:
         return status
 
     def wait_for_line(self, since: str, text: str, *options: str, timeout: float = 10) -> str:
-        """The first line of the unit's journal from `since` on that holds `text`, waiting for it."""
+        """The first line of the units' journal from `since` on that holds `text`, waiting for it."""
         deadline = time.monotonic() + timeout
         while True:
             lines = self.journal(since, *options)

@@ -51,7 +51,6 @@ class LinkedReleases:
     def __init__(self, work_dir: Path, wsgi_prelude: str = "", wait: bool = True):
         self.work_dir, self.current = work_dir, work_dir / "current"
         self.current.symlink_to(release(work_dir / "releases" / "1", "1.0.0", wsgi_prelude))
-        (work_dir / "run").mkdir()
         port = free_port()
         self.url, self.log = f"http://127.0.0.1:{port}", work_dir / "serve.log"
         self.env = {
@@ -60,7 +59,6 @@ class LinkedReleases:
             "DATABASE_URL": f"sqlite:///{work_dir / 'db.sqlite3'}",
             "DJANGO_STATIC_ROOT": str(work_dir / "static"),
             "PLANTS_LISTEN": f"127.0.0.1:{port}",
-            "RUNTIME_DIRECTORY": str(work_dir / "run"),
         }
         # No migrate, collectstatic or token: what runs here is the start and reload of the unit alone.
         self.python = str(self.current / ".venv" / "bin" / "python")
@@ -68,7 +66,7 @@ class LinkedReleases:
             self.serve = subprocess.Popen(
                 [self.python, "-m", "deploy.serve"],
                 cwd=self.current,
-                env={**self.env, "PWD": str(self.current)},  # the unit's WorkingDirectory= and Environment=PWD=
+                env={**self.env, "PWD": str(self.current)},  # as a shell in the link's folder sets it
                 stdout=output,
                 stderr=output,
                 start_new_session=True,

@@ -1,14 +1,16 @@
-"""deploy/plantstore.service's time bounds against the code's: systemd waits longer than a reload or
-a start can take, and gives a stop the time its graceful steps need."""
+"""deploy/systemd's units' time bounds against the code's: systemd waits longer than a start or a
+reload can take, and gives a stop the time its graceful steps need."""
 
-from deploy import reload, unit
+from deploy import app_server, probe, unit
 from deploy.processes import ROOT
 
+UNITS = ROOT / "deploy" / "systemd"
 
-def service_settings(text: str) -> dict[str, list[str]]:
-    """The [Service] section of a unit file: each key's values, in order."""
+
+def service_settings(name: str) -> dict[str, list[str]]:
+    """The [Service] section of a unit file of deploy/systemd: each key's values, in order."""
     settings, section = {}, None
-    for line in map(str.strip, text.splitlines()):
+    for line in map(str.strip, (UNITS / name).read_text().splitlines()):
         if line.startswith("["):
             section = line
         elif line and not line.startswith(("#", ";")) and section == "[Service]":
@@ -17,14 +19,23 @@ def service_settings(text: str) -> dict[str, list[str]]:
     return settings
 
 
-def test_systemd_waits_longer_for_a_reload_than_its_worst_case_and_stops_within_the_units_bound():
-    settings = service_settings((ROOT / "deploy" / "plantstore.service").read_text())
+def test_systemd_waits_for_a_slot_s_probe_and_gives_its_workers_their_time_to_finish():
+    settings = service_settings("plantstore-app@.service")
+
+    # ExecStartPost='s probe gives up after probe.WAIT_S: systemd waits longer for it.
+    assert probe.WAIT_S < int(settings["TimeoutStartSec"][0])
+    # SIGTERM to Granian alone, whose workers finish their requests within WORKER_STOP_S.
+    assert app_server.WORKER_STOP_S < int(settings["TimeoutStopSec"][0])
+    assert settings["KillMode"] == ["mixed"]
+
+
+def test_systemd_waits_for_nginx_s_reload_and_drain():
+    settings = service_settings("plantstore-nginx.service")
     timeout_start = int(settings["TimeoutStartSec"][0])  # it bounds ExecReload= too
 
-    # reload.py reports a reload's outcome after its slowest steps, and systemd waits for reload.py.
-    assert unit.RELOAD_WORST_S < reload.WAIT_S < timeout_start
-    # A start: the app server's socket, then /livez, each within its bound.
-    assert unit.APP_START_S + 60 < timeout_start
-    # A stop: nginx, then every app server at once, after SIGTERM to serve.py alone.
-    assert 2 * unit.STOP_S < int(settings["TimeoutStopSec"][0])
-    assert (settings["KillMode"], settings["KillSignal"]) == (["mixed"], ["SIGTERM"])
+    # deploy/edge.py's reload: nginx -t, nginx's new workers, then its old ones gone.
+    assert unit.NGINX_CHECK_S + unit.NGINX_SWITCH_S + unit.NGINX_SHUTDOWN_S + 5 < timeout_start
+    assert probe.WAIT_S < timeout_start
+    # SIGQUIT: nginx's workers finish what they hold within worker_shutdown_timeout.
+    assert unit.NGINX_SHUTDOWN_S < int(settings["TimeoutStopSec"][0])
+    assert (settings["KillMode"], settings["KillSignal"]) == (["mixed"], ["SIGQUIT"])

@@ -1,0 +1,81 @@
+"""nginx of the systemd install (deploy/systemd/plantstore-nginx.service), in front of the serving slot.
+
+    python -m deploy.edge render          # ExecStartPre=: nginx.conf in $RUNTIME_DIRECTORY, checked
+    python -m deploy.edge reload MAINPID  # ExecReload=: the same, then nginx switched to it
+
+The config is deploy/nginx.conf rendered as every unit renders it (deploy/unit.py), from the unit's
+settings as systemd reads them for the command (the environment file, and the slot file
+deploy/plantstore-release writes: PLANTS_APP_SLOT), its upstream the slot's socket. `nginx -t` must
+accept it before it replaces the running one. A reload returns once nginx's new workers serve it and
+its old ones have finished what they held, so the slot they sent to can be stopped then
+(deploy/plantstore-release); else it exits 1 with the reason, which systemd puts in the journal.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from deploy.processes import children, wait_until
+from deploy.unit import (
+    NGINX_CHECK_S,
+    NGINX_SHUTDOWN_S,
+    NGINX_SWITCH_S,
+    listen_address,
+    nginx_command,
+    render_nginx_conf,
+)
+
+SLOTS = ("a", "b")
+
+
+def slot_socket(env: dict) -> Path:
+    slot = env.get("PLANTS_APP_SLOT", "")
+    if slot not in SLOTS:
+        raise SystemExit(f"edge: PLANTS_APP_SLOT is {slot!r}, not one of {SLOTS}: deploy/plantstore-release sets it")
+    return Path("/run/plantstore") / slot / "app.sock"
+
+
+def render(run_dir: Path, env: dict) -> Path:
+    """nginx.conf in `run_dir` naming the slot's socket, once `nginx -t` accepts it; else SystemExit."""
+    upstream = slot_socket(env)
+    candidate = render_nginx_conf(run_dir, f"unix:{upstream}", listen_address(env), env, name="next.conf")
+    check = subprocess.run(
+        [*nginx_command(run_dir, candidate), "-t", "-q"], capture_output=True, text=True, timeout=NGINX_CHECK_S
+    )
+    if check.returncode != 0:
+        candidate.unlink()
+        raise SystemExit(f"edge: nginx refuses the config: {check.stderr.strip()}")
+    return candidate.replace(run_dir / "nginx.conf")
+
+
+def reload(run_dir: Path, env: dict, master: int) -> None:
+    old_workers = set(children(master))
+    render(run_dir, env)
+    os.kill(master, signal.SIGHUP)
+    try:
+        wait_until(lambda: bool(set(children(master)) - old_workers), None, NGINX_SWITCH_S, "nginx's new workers")
+    except RuntimeError:
+        raise SystemExit(
+            f"edge: nginx did not take the new config within {NGINX_SWITCH_S} s (its lines above say why);"
+            " its workers serve the running one"
+        ) from None
+    # nginx's old workers finish what they hold, within worker_shutdown_timeout.
+    wait_until(lambda: not old_workers & set(children(master)), None, NGINX_SHUTDOWN_S + 5, "nginx's old workers")
+    sys.stderr.write(f"edge: nginx sends to {slot_socket(env)}\n")
+
+
+def main(argv: list[str]) -> None:
+    run_dir = Path(os.environ["RUNTIME_DIRECTORY"].split(":")[0])
+    env = dict(os.environ)
+    if argv == ["render"]:
+        render(run_dir, env)
+    elif len(argv) == 2 and argv[0] == "reload":
+        reload(run_dir, env, int(argv[1]))
+    else:
+        raise SystemExit("usage: python -m deploy.edge render | reload MAINPID")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
