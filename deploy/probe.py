@@ -40,7 +40,7 @@ def running(pid: int) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    from deploy.unit import listen_address
+    from deploy.unit import listen_address, local_url
 
     parser = argparse.ArgumentParser(prog="python -m deploy.probe")
     parser.add_argument("path", nargs="?", default="/healthz")
@@ -48,17 +48,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--wait", type=int, metavar="PID", help="probe until 200 while PID runs")
     args = parser.parse_args(argv)
     env = with_env_file(os.environ)
-    port = listen_address(env).rpartition(":")[2]  # where the unit listens, as deploy/serve.py says
-    url, host = f"http://127.0.0.1:{port}{args.path}", probe_host(env.get("DJANGO_ALLOWED_HOSTS", ""))
+    where = local_url(listen_address(env))  # where the unit listens, as deploy/serve.py says
+    url, host = f"{where}{args.path}", probe_host(env.get("DJANGO_ALLOWED_HOSTS", ""))
     deadline = time.monotonic() + WAIT_S
     while (status := http_status(url, timeout=5, unix_socket=args.socket, host=host)) != 200:
         if args.wait is None:
             return 1
         if not running(args.wait) or time.monotonic() > deadline:
-            where = args.socket or f"127.0.0.1:{port}"
-            sys.stderr.write(
-                f"probe: {args.path} on {where} answered {status} (its server {'ran on' if running(args.wait) else 'exited'})\n"
-            )
+            where = args.socket or where
+            answer = f"answered {status}" if status else "no answer"
+            ended = "its server ran on" if running(args.wait) else "its server exited"
+            sys.stderr.write(f"probe: {args.path} on {where}: {answer} ({ended})\n")
             return 1
         time.sleep(0.1)
     return 0

@@ -12,8 +12,8 @@ from string import Template
 
 import environ
 
-# The checkout by the path it was configured by, not resolved: $PWD when it names it (as a shell,
-# make and the systemd unit set it). Servers start from there, so a release switched by a symlink
+# The checkout by the path it was configured by, not resolved: $PWD when it names it (as a shell
+# and make set it). Servers start from there, so a release switched by a symlink
 # is what the next app server (a reload) runs.
 _HERE = Path(os.path.abspath(__file__)).parent.parent
 _PWD = os.environ.get("PWD", "")
@@ -79,7 +79,7 @@ def http_status(url: str, timeout: float = 2, unix_socket: Path | None = None, h
     if unix_socket:
         connection = UnixHTTPConnection(unix_socket, address, timeout)
     else:
-        connection = http.client.HTTPConnection(address, int(port), timeout=timeout)
+        connection = http.client.HTTPConnection(address.strip("[]"), int(port), timeout=timeout)
     try:
         connection.request("GET", f"/{path}", headers={"Host": host or address})
         return connection.getresponse().status

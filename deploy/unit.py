@@ -49,6 +49,13 @@ def listen_address(env) -> str:
     return env.get("PLANTS_LISTEN") or f"127.0.0.1:{env.get('PORT') or '8000'}"
 
 
+def local_url(listen: str) -> str:
+    """The URL on this host of nginx listening on `listen`: a wildcard address is reached on loopback."""
+    host, _, port = listen.rpartition(":")
+    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "*": "127.0.0.1", "[::]": "[::1]"}.get(host, host)
+    return f"http://{host}:{port}"
+
+
 def networks(env: dict, name: str) -> list[str]:
     """The setting `name` of `env` (comma-separated addresses, networks or host names) checked, one
     per item; a host name is looked up now, at each start and reload (compose names its front so)."""
@@ -98,7 +105,18 @@ def render_nginx_conf(run_dir, upstream, listen, env, name="nginx.conf", read_ti
 
 
 def nginx_command(run_dir: Path, conf: Path) -> list[str]:
-    return [shutil.which("nginx") or "/usr/sbin/nginx", "-p", str(run_dir), "-c", str(conf), "-g", "daemon off;"]
+    # -e: its errors to stderr from the start, before the config names it (not Debian's compiled-in file).
+    return [
+        shutil.which("nginx") or "/usr/sbin/nginx",
+        "-e",
+        "stderr",
+        "-p",
+        str(run_dir),
+        "-c",
+        str(conf),
+        "-g",
+        "daemon off;",
+    ]
 
 
 class Unit:
@@ -110,9 +128,8 @@ class Unit:
         self.listen, self.env, self.log_path, self.supervised, self.name = listen, env, log, supervised, name
         self.app_command = granian_command(env)
         self.probe_host = probe_host(env.get("DJANGO_ALLOWED_HOSTS", ""))  # one the app allows (deploy/probe.py)
-        host, _, port = listen.rpartition(":")
-        self.port = int(port)
-        self.url = f"http://{'127.0.0.1' if host in ('', '0.0.0.0', '*') else host}:{self.port}"
+        self.port = int(listen.rpartition(":")[2])
+        self.url = local_url(listen)
         self.run_dir: Path | None = None
         self.generation = 0  # one more at each reload, whose app server gets a new socket
         self.app: ServerProcess | None = None

@@ -19,7 +19,7 @@ RATE = 1_000_000
 # How the docs' management commands run on the host (docs/operating.md, Tokens).
 MANAGE = "cd /opt/plantstore && deploy/plantstore-manage"
 RELEASE = "/opt/plantstore/deploy/plantstore-release"
-SLOT_FILE = "/var/lib/plantstore/slot.env"
+SLOT_FILE = "/etc/plantstore/slot.env"
 # The TLS proxy in front of the unit on the host itself, for the docs' requests to the public name
 # (https://plants.example.com, looked up in the host's /etc/hosts): Debian's nginx, run by a transient
 # unit, its certificate self-signed and added to the host's authorities (a copy of the bundle with it,

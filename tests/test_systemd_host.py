@@ -72,6 +72,7 @@ def test_installed_as_the_docs_say_it_starts_once_ready_on_the_failover_pair_s_u
     created = deployed.create(1, deployed.token)
     anonymous = deployed.create(2, "")
     other_host = request(f"{deployed.url}/healthz", proxy="127.0.0.1", Host="127.0.0.1")
+    slot_file = deployed.host.run("stat -c '%U %a' /etc/plantstore/slot.env").stdout.strip()
 
     assert deployed.active() == {
         "plantstore-nginx": {"ActiveState": "active", "SubState": "running"},
@@ -85,6 +86,7 @@ def test_installed_as_the_docs_say_it_starts_once_ready_on_the_failover_pair_s_u
     assert {"plants_plant", "plants_apitoken"} <= {line.split("|")[1] for line in tables.splitlines()}
     assert (created[0], json.loads(created[2]), created[1]["Server"]) == (200, {"id": 1, "name": "Monstera"}, "nginx")
     assert (anonymous[0], other_host[0], json.loads(other_host[2])["error"]) == (401, 400, 40000)
+    assert slot_file == "root 644"  # the service user cannot change what nginx is given
     assert deployed.host.failed_units == []
 
 
