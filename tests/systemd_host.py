@@ -214,9 +214,11 @@ class SystemdHost:
 
 
 def systemd_host_image(podman: Podman) -> str:
-    """scripts/systemd-host's image of this machine's Debian release, made once per store."""
+    """scripts/systemd-host's image of this machine's Debian release, or of the suite SYSTEMD_HOST_SUITE
+    names (trixie: Debian 13's systemd, nginx and Python), made once per store."""
+    suite = [os.environ["SYSTEMD_HOST_SUITE"]] if os.environ.get("SYSTEMD_HOST_SUITE") else []
     done = subprocess.run(
-        [ROOT / "scripts" / "systemd-host"], env=podman.env, capture_output=True, text=True, timeout=1200
+        [ROOT / "scripts" / "systemd-host", *suite], env=podman.env, capture_output=True, text=True, timeout=1200
     )
     if done.returncode:
         raise RuntimeError(f"scripts/systemd-host failed:\n{done.stderr[-3000:]}")
