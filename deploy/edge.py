@@ -14,18 +14,16 @@ the reason, which systemd puts in the journal, and nginx serves the running conf
 
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 from deploy.processes import children, wait_until
 from deploy.unit import (
-    NGINX_CHECK_S,
     NGINX_SHUTDOWN_S,
-    NGINX_SWITCH_S,
+    check_nginx_conf,
     listen_address,
-    nginx_command,
     render_nginx_conf,
+    wait_for_new_nginx_workers,
 )
 
 SLOTS = ("a", "b")
@@ -39,15 +37,14 @@ def slot_socket(env: dict) -> Path:
 
 
 def render(run_dir: Path, env: dict) -> Path:
-    """nginx.conf in `run_dir` naming the slot's socket, once `nginx -t` accepts it; else SystemExit."""
+    """nginx.conf in `run_dir` naming the slot's socket, once `nginx -t` accepts it; else RuntimeError."""
     upstream = slot_socket(env)
     candidate = render_nginx_conf(run_dir, f"unix:{upstream}", listen_address(env), env, name="next.conf")
-    check = subprocess.run(
-        [*nginx_command(run_dir, candidate), "-t", "-q"], capture_output=True, text=True, timeout=NGINX_CHECK_S
-    )
-    if check.returncode != 0:
+    try:
+        check_nginx_conf(run_dir, candidate, "edge")
+    except RuntimeError:
         candidate.unlink()
-        raise SystemExit(f"edge: nginx refuses the config: {check.stderr.strip()}")
+        raise
     return candidate.replace(run_dir / "nginx.conf")
 
 
@@ -55,13 +52,7 @@ def reload(run_dir: Path, env: dict, master: int) -> None:
     old_workers = set(children(master))
     render(run_dir, env)
     os.kill(master, signal.SIGHUP)
-    try:
-        wait_until(lambda: bool(set(children(master)) - old_workers), None, NGINX_SWITCH_S, "nginx's new workers")
-    except RuntimeError:
-        raise SystemExit(
-            f"edge: nginx did not take the new config within {NGINX_SWITCH_S} s (its lines above say why);"
-            " its workers serve the running one"
-        ) from None
+    wait_for_new_nginx_workers(master, old_workers, "edge")
     sys.stderr.write(f"edge: nginx sends to {slot_socket(env)}\n")
     # nginx's old workers finish what they hold, within worker_shutdown_timeout; nginx has switched
     # whatever comes of it, so the reload has succeeded: a worker that outlives it is only reported.
@@ -74,12 +65,15 @@ def reload(run_dir: Path, env: dict, master: int) -> None:
 def main(argv: list[str]) -> None:
     run_dir = Path(os.environ["RUNTIME_DIRECTORY"].split(":")[0])
     env = dict(os.environ)
-    if argv == ["render"]:
-        render(run_dir, env)
-    elif len(argv) == 2 and argv[0] == "reload":
-        reload(run_dir, env, int(argv[1]))
-    else:
-        raise SystemExit("usage: python -m deploy.edge render | reload MAINPID")
+    try:
+        if argv == ["render"]:
+            render(run_dir, env)
+        elif len(argv) == 2 and argv[0] == "reload":
+            reload(run_dir, env, int(argv[1]))
+        else:
+            raise SystemExit("usage: python -m deploy.edge render | reload MAINPID")
+    except RuntimeError as error:  # what nginx refused, or did not take: the running config serves on
+        raise SystemExit(str(error)) from None
 
 
 if __name__ == "__main__":

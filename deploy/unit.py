@@ -119,6 +119,32 @@ def nginx_command(run_dir: Path, conf: Path) -> list[str]:
     ]
 
 
+def check_nginx_conf(run_dir: Path, conf: Path, name: str) -> None:
+    """`nginx -t` on `conf`: RuntimeError naming what nginx refuses in it."""
+    check = subprocess.run(
+        [*nginx_command(run_dir, conf), "-t", "-q"], capture_output=True, text=True, timeout=NGINX_CHECK_S
+    )
+    if check.returncode != 0:
+        raise RuntimeError(f"{name}: nginx refuses the new config: {check.stderr.strip()}")
+
+
+def wait_for_new_nginx_workers(master: int, old_workers: set[int], name: str, process=None) -> None:
+    """Wait until nginx's master (pid `master`; its Popen `process`, if this process started it) has
+    started a worker that is not one of `old_workers`: it does only once it has read the new config
+    whole; till then its old workers serve the old one."""
+
+    def switched() -> bool:
+        return bool(set(children(master)) - old_workers)
+
+    try:
+        wait_until(switched, process, NGINX_SWITCH_S, f"{name}: nginx's new workers")
+    except RuntimeError:
+        raise RuntimeError(
+            f"{name}: nginx did not take the new config within {NGINX_SWITCH_S} s (its error log "
+            "says why); its workers serve the running version"
+        ) from None
+
+
 class Unit:
     """nginx on `listen` (host:port) in front of the app server (`app_command`: Granian as
     deploy/app_server.py runs it; `{socket}` names its socket) in the unit's own temp folder.
@@ -229,18 +255,11 @@ class Unit:
             if livez != 200:
                 raise RuntimeError(f"{self.name}: the new app server answered /livez with {livez}")
             next_conf = self.nginx_conf("next.conf")
-            check = subprocess.run(
-                [*nginx_command(self.run_dir, next_conf), "-t", "-q"],
-                capture_output=True,
-                text=True,
-                timeout=NGINX_CHECK_S,
-            )
-            if check.returncode != 0:
-                raise RuntimeError(f"{self.name}: nginx refuses the new config: {check.stderr.strip()}")
+            check_nginx_conf(self.run_dir, next_conf, self.name)
             old_nginx_workers = set(children(self.nginx.process.pid))
             os.replace(next_conf, conf)
             self.nginx.process.send_signal(signal.SIGHUP)
-            self.wait_for_new_nginx_workers(old_nginx_workers)
+            wait_for_new_nginx_workers(self.nginx.process.pid, old_nginx_workers, self.name, self.nginx.process)
         except BaseException:
             if new_app:
                 new_app.kill()
@@ -268,22 +287,6 @@ class Unit:
         self.env = env
         self.app_env = {**APP_ENVIRONMENT, **env, "PROMETHEUS_MULTIPROC_DIR": self.app_env["PROMETHEUS_MULTIPROC_DIR"]}
         self.probe_host = probe_host(env.get("DJANGO_ALLOWED_HOSTS", ""))
-
-    def wait_for_new_nginx_workers(self, old_workers: set[int]) -> None:
-        """Wait until nginx's master has started a worker that is not one of `old_workers`: it does
-        only once it has read the new config whole; till then its old workers serve the old one."""
-        master = self.nginx.process
-
-        def switched() -> bool:
-            return bool(set(children(master.pid)) - old_workers)
-
-        try:
-            wait_until(switched, master, NGINX_SWITCH_S, f"{self.name}: nginx's new workers")
-        except RuntimeError:
-            raise RuntimeError(
-                f"{self.name}: nginx did not take the new config within {NGINX_SWITCH_S} s (its error log "
-                "says why); its workers serve the running version"
-            ) from None
 
     def retire(self) -> bool:
         """Stop each app server a reload replaced once nginx's workers that could reach it have exited
