@@ -20,6 +20,16 @@ class Answers(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class IPv6Server(http.server.HTTPServer):
+    address_family = socket.AF_INET6
+
+
+def serving(server_class, address):
+    server = server_class((address, 0), Answers)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 def probe(**env: str) -> int:
     clean = {k: v for k, v in os.environ.items() if k not in ("PLANTS_LISTEN", "PORT", "DJANGO_ENV_FILE")}
     command = [sys.executable, "-m", "deploy.probe", "/livez"]
@@ -27,9 +37,7 @@ def probe(**env: str) -> int:
 
 
 def test_the_probe_asks_plants_listen_else_port_on_loopback_as_the_unit_listens():
-    server = http.server.HTTPServer(("127.0.0.1", 0), Answers)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    server = serving(http.server.HTTPServer, "127.0.0.1")
     port = str(server.server_address[1])
     try:
         by_port = probe(PORT=port, DJANGO_ALLOWED_HOSTS="plants.example.com")
@@ -39,16 +47,6 @@ def test_the_probe_asks_plants_listen_else_port_on_loopback_as_the_unit_listens(
         server.shutdown()
 
     assert (by_port, by_listen, elsewhere) == (0, 0, 1)
-
-
-class IPv6Server(http.server.HTTPServer):
-    address_family = socket.AF_INET6
-
-
-def serving(server_class, address):
-    server = server_class((address, 0), Answers)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
 
 
 def test_the_probe_asks_the_address_plants_listen_names_and_loopback_for_a_wildcard_one():
