@@ -319,8 +319,19 @@ class FailoverDatabase:
 
     def switchover(self) -> None:
         """A planned switchover (pg_autoctl perform switchover): the standby becomes the primary and
-        the primary its standby; returns once done."""
-        self.run([pg_autoctl(), "perform", "switchover", "--monitor", self.monitor_url, "--wait", "60"])
+        the primary its standby; returns once done.
+
+        The monitor's perform_failover() can meet a keeper's report (node_active) in a deadlock, each
+        waiting for a lock the other holds (seen with pg_auto_failover 2.0 under load: "deadlock
+        detected", an advisory lock against a node row); PostgreSQL rolls the switchover back, nothing
+        assigned, and it is asked again, as an operator would."""
+        command = [pg_autoctl(), "perform", "switchover", "--monitor", self.monitor_url, "--wait", "60"]
+        for attempt in range(3):
+            try:
+                return self.run(command)
+            except RuntimeError as error:
+                if "deadlock detected" not in str(error) or attempt == 2:
+                    raise
 
     @staticmethod
     def execute(node: DataNode, sql: str) -> list[tuple]:

@@ -18,6 +18,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -162,7 +163,7 @@ def test_switchover_under_load_loses_no_acknowledged_create_and_fails_few_reques
         # What makes the old primary unable to acknowledge a create once the standby is promoted: it
         # waits for that standby (test_switchover_with_the_old_primarys_keeper_stalled_…, below).
         synchronous = synchronous_state(old_primary)
-        started, since = time.monotonic(), monitor_now(healthy)
+        started, since, logged = time.monotonic(), monitor_now(healthy), log_sizes(healthy)
         healthy.switchover()
         switched_after = time.monotonic() - started
         time.sleep(max(0.0, started + SWITCHOVER_SECONDS + 2 - time.monotonic()))
@@ -179,15 +180,19 @@ def test_switchover_under_load_loses_no_acknowledged_create_and_fails_few_reques
     new_primary = healthy.primary()
     assert new_primary is not old_primary and healthy.states()[old_primary.name][1] == "secondary"
     lost = load.ids_with(200) - stored_ids(new_primary)
-    # Where a lost create went, if one is: the old primary's copy, once it has rejoined, and when it was sent.
+    # Where a lost create went, if one is: the old primary's copy, once it has rejoined, and when it was sent;
+    # what the monitor decided and what each node's keeper and PostgreSQL did meanwhile, whole.
     sent = {plant_id: round(at - started, 1) for plant_id, status, _, _, at in load.answers if status == 200}
-    assert not lost, (
-        len(lost),
-        sorted(lost)[:5],
-        [sent[i] for i in sorted(lost)[:5]],
-        len(lost & stored_ids(old_primary)),
-        synchronous,
-        monitor_events(healthy, since),
+    assert not lost, "\n".join(
+        [
+            f"{len(lost)} acknowledged creates lost, sent from {min(sent[i] for i in lost)} s to"
+            f" {max(sent[i] for i in lost)} s after the switchover began ({sorted(lost)[:5]}…);"
+            f" {len(lost & stored_ids(old_primary))} of them on the old primary {old_primary.name} after it rejoined;"
+            f" its synchronous_standby_names and standbys before: {synchronous}",
+            "The monitor's events:",
+            *monitor_events(healthy, since),
+            *logs_since(healthy, logged),
+        ]
     )
 
 
@@ -199,14 +204,38 @@ def synchronous_state(node: DataNode) -> tuple[str, list[tuple]]:
 
 
 def monitor_events(database: FailoverDatabase, since: datetime) -> list[str]:
-    """The monitor's events since `since` (its clock): seconds after, node, reported ➜ assigned state."""
+    """The monitor's events since `since` (its clock): seconds after, node, reported ➜ assigned state: why."""
     query = (
-        "SELECT eventtime, nodename, reportedstate, goalstate FROM pgautofailover.event"
+        "SELECT eventtime, nodename, reportedstate, goalstate, description FROM pgautofailover.event"
         " WHERE eventtime >= %s ORDER BY eventid"
     )
     with psycopg.connect(database.monitor_url, connect_timeout=2, autocommit=True) as conn:
         rows = conn.execute(query, [since]).fetchall()
-    return [f"{(at - since).total_seconds():+.1f} {name} {reported}➜{goal}" for at, name, reported, goal in rows]
+    return [
+        f"{(at - since).total_seconds():+.1f} {name} {reported}➜{goal}: {why}" for at, name, reported, goal, why in rows
+    ]
+
+
+def log_sizes(database: FailoverDatabase) -> dict[Path, int]:
+    """How far each data node's logs have been written: its keeper's, and its PostgreSQL's (a file per start)."""
+    return {path: path.stat().st_size for node in database.nodes for path in node_logs(node)}
+
+
+def logs_since(database: FailoverDatabase, sizes: dict[Path, int], lines: int = 200) -> list[str]:
+    """What each data node logged after log_sizes() gave `sizes`: a file's name, then its first new lines."""
+    return [
+        text
+        for node in database.nodes
+        for path in node_logs(node)
+        for text in (
+            f"--- {path}",
+            *path.read_bytes()[sizes.get(path, 0) :].decode(errors="replace").splitlines()[:lines],
+        )
+    ]
+
+
+def node_logs(node: DataNode) -> list[Path]:
+    return [node.log_path, *sorted((node.pgdata / "log").glob("*.log"))]
 
 
 # How long the old primary's keeper is stalled (its processes stopped, its PostgreSQL running on): longer
