@@ -14,6 +14,7 @@ repository folder (localcluster/database.py). Signals:
 
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
@@ -89,7 +90,7 @@ def report(cluster: Cluster, database: FailoverDatabase) -> None:
       {sys.executable} manage.py token issue my-client
   The formation's state, and a planned switchover:
     {shutil.which("pg_autoctl")} show state --monitor '{database.monitor_url}'
-    {shutil.which("pg_autoctl")} perform switchover --monitor '{database.monitor_url}'
+    {sys.executable} -m deploy.switchover {shlex.join(database.switchover_arguments())}
   Both nodes archive into one pgBackRest repository ({database.repository}); the backups and the WAL
   there, then a backup on the primary's host (node1's configuration while node1 is the primary):
     {as_postgres}env PGBACKREST_CONFIG={database.nodes[0].pgbackrest_config} pgbackrest --stanza=plantstore info

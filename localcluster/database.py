@@ -15,6 +15,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -318,20 +319,16 @@ class FailoverDatabase:
         return [node for node in self.nodes if node is not primary]
 
     def switchover(self) -> None:
-        """A planned switchover (pg_autoctl perform switchover): the standby becomes the primary and
-        the primary its standby; returns once done.
+        """A planned switchover as docs/scaling.md has an operator make one (deploy/switchover.py): the
+        primary fenced, then the standby made the primary and the primary its standby; returns once done."""
+        command = [sys.executable, "-m", "deploy.switchover", *self.switchover_arguments()]
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        if done.returncode:
+            raise RuntimeError(f"{' '.join(command[:3])} failed: {done.stdout}{done.stderr}")
 
-        The monitor's perform_failover() can meet a keeper's report (node_active) in a deadlock, each
-        waiting for a lock the other holds (seen with pg_auto_failover 2.0 under load: "deadlock
-        detected", an advisory lock against a node row); PostgreSQL rolls the switchover back, nothing
-        assigned, and it is asked again, as an operator would."""
-        command = [pg_autoctl(), "perform", "switchover", "--monitor", self.monitor_url, "--wait", "60"]
-        for attempt in range(3):
-            try:
-                return self.run(command)
-            except RuntimeError as error:
-                if "deadlock detected" not in str(error) or attempt == 2:
-                    raise
+    def switchover_arguments(self) -> list[str]:
+        """deploy/switchover.py's arguments for this formation: its monitor, and the data nodes' superuser."""
+        return ["--monitor", self.monitor_url, "--user", "postgres", "--dbname", self.database]
 
     @staticmethod
     def execute(node: DataNode, sql: str) -> list[tuple]:

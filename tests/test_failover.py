@@ -25,6 +25,7 @@ import pytest
 import redis
 
 from deploy.processes import ROOT, wait_until
+from deploy.switchover import fence, perform, wait_until_switched
 from localcluster.database import PRIMARY_STATES, DataNode, FailoverDatabase
 from localcluster.processes import command_line, descendants
 from plants.tokens import token_digest
@@ -160,8 +161,9 @@ def test_switchover_under_load_loses_no_acknowledged_create_and_fails_few_reques
     old_primary = healthy.primary()
     with Load(f"{cluster.url}/plants", token, clients=4, retry=True, first_id=200_000) as load:
         load.wait_for(40)
-        # What makes the old primary unable to acknowledge a create once the standby is promoted: it
-        # waits for that standby (test_switchover_with_the_old_primarys_keeper_stalled_…, below).
+        # What keeps the old primary from acknowledging a create once the standby is promoted: the fence
+        # deploy/switchover.py puts first (test_switchover_assigned_while_…, below) and, beneath it, its
+        # wait for that standby (test_switchover_with_the_old_primarys_keeper_stalled_…, below).
         synchronous = synchronous_state(old_primary)
         started, since, logged = time.monotonic(), monitor_now(healthy), log_sizes(healthy)
         healthy.switchover()
@@ -194,6 +196,67 @@ def test_switchover_under_load_loses_no_acknowledged_create_and_fails_few_reques
             *logs_since(healthy, logged),
         ]
     )
+
+
+def test_switchover_assigned_while_the_old_primary_reports_loses_no_acknowledged_create(healthy, cluster):
+    """pg_auto_failover's race (deploy/switchover.py), made deterministic: the switchover is assigned
+    while the old primary's keeper's report waits inside the monitor, having read its node row (the
+    test holds that row's lock until then). The monitor then moves the old primary to wait_primary, no
+    synchronous standby, while its standby is promoted; unfenced, it acknowledged creates alone for
+    about 3 s, all lost (twice in CI, 863 and 1,079 of them). Fenced first, as deploy/switchover.py
+    does, it takes none: every create answered 200 is on the new primary."""
+    token = issue_token(healthy, "switchover-race-client")
+    old_primary, (standby,) = healthy.primary(), healthy.standbys()
+    with Load(f"{cluster.url}/plants", token, clients=4, retry=True, first_id=250_000) as load:
+        load.wait_for(40)
+        since = monitor_now(healthy)
+        fence(old_primary.url)
+        with psycopg.connect(monitor_superuser_url(healthy)) as monitor:
+            monitor.execute("SELECT 1 FROM pgautofailover.node WHERE nodename = %s FOR UPDATE", [old_primary.name])
+            wait_until(lambda: report_waits_for_a_lock(monitor), None, 10, "the old primary's keeper's report")
+            monitor.execute("SELECT pgautofailover.perform_failover('default', 0)")
+        wait_until_switched(healthy.monitor_url, "default", 0, standby.name)
+        load.wait_for(len(load.answers) + 40)
+
+    assert_only_created_or_unavailable(load)
+    events = monitor_events(healthy, since)
+    assert any(re.match(rf"\S+ {old_primary.name} \w+➜wait_primary: Setting goal", event) for event in events), events
+    lost = load.ids_with(200) - stored_ids(standby)
+    assert not lost, (len(lost), sorted(lost)[:5], events)
+
+
+def test_switchover_refused_when_the_primary_names_no_synchronous_standby_leaves_it_writable(healthy, cluster):
+    token = issue_token(healthy, "refused-switchover-client")
+    primary = healthy.primary()
+    (names,) = FailoverDatabase.execute(primary, "SHOW synchronous_standby_names")[0]
+    FailoverDatabase.execute(primary, "ALTER SYSTEM SET synchronous_standby_names = ''")
+    FailoverDatabase.execute(primary, "SELECT pg_reload_conf()")
+    try:
+        with pytest.raises(RuntimeError) as refused:
+            healthy.switchover()
+    finally:
+        FailoverDatabase.execute(primary, f"ALTER SYSTEM SET synchronous_standby_names = '{names}'")
+        FailoverDatabase.execute(primary, "SELECT pg_reload_conf()")
+
+    assert str(refused.value).endswith(
+        "switchover: the primary names no synchronous standby (synchronous_standby_names is empty): it"
+        " acknowledges creates alone, and a switchover now would lose those its standby has not received\n"
+    )
+    assert healthy.primary() is primary and healthy.healthy()
+    assert FailoverDatabase.execute(primary, "SHOW default_transaction_read_only") == [("off",)]
+    assert request(f"{cluster.url}/plants", {"id": 260_000, "name": "Rose"}, token)[0] == 200
+
+
+def report_waits_for_a_lock(monitor: psycopg.Connection) -> bool:
+    """Whether a keeper's node_active() waits for a lock in the monitor (seen from another session)."""
+    with psycopg.connect(monitor.info.dsn, autocommit=True) as conn:
+        query = "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%node_active(%'"
+        return conn.execute(query).fetchone() is not None
+
+
+def monitor_superuser_url(database: FailoverDatabase) -> str:
+    """The monitor's own superuser (the keepers' autoctl_node may not lock its node table)."""
+    return f"postgres://postgres@127.0.0.1:{database.monitor.port}/pg_auto_failover"
 
 
 def synchronous_state(node: DataNode) -> tuple[str, list[tuple]]:
@@ -255,7 +318,9 @@ def test_switchover_with_the_old_primarys_keeper_stalled_serves_two_primaries_an
     the old primary still takes writes: two primaries at once. What keeps every acknowledged create is
     the old primary's synchronous standby, the one just promoted: its commits wait, and end as 503s
     when its keeper resumes and stops it. (With the old primary's synchronous_standby_names emptied
-    before the switchover, this test loses every create the old primary acknowledges meanwhile.)"""
+    before the switchover, this test loses every create the old primary acknowledges meanwhile.) The
+    switchover is asked unfenced, as `pg_autoctl perform switchover` asks it: what this pins is the
+    synchronous standby beneath deploy/switchover.py's fence, the one defence a failover has."""
     token = issue_token(healthy, "stalled-keeper-client")
     old_primary = healthy.primary()
     keeper = [old_primary.process.pid] + [
@@ -271,7 +336,7 @@ def test_switchover_with_the_old_primarys_keeper_stalled_serves_two_primaries_an
             os.kill(pid, signal.SIGSTOP)
         stalled_at = time.monotonic()
         try:
-            switchover = threading.Thread(target=healthy.switchover)
+            switchover = threading.Thread(target=switchover_unfenced, args=[healthy])
             switchover.start()
             # The monitor's "demote timeout expired" (the standby assigned wait_primary, the old primary
             # demoted) while the old primary still takes writes: logged, not asserted (a slow monitor may
@@ -300,6 +365,13 @@ def test_switchover_with_the_old_primarys_keeper_stalled_serves_two_primaries_an
     new_primary = healthy.primary()
     lost = load.ids_with(200) - stored_ids(new_primary)
     assert new_primary is not old_primary and not lost, (len(lost), sorted(lost)[:5], events)
+
+
+def switchover_unfenced(database: FailoverDatabase) -> None:
+    """The switchover asked of the monitor as `pg_autoctl perform switchover` asks it, the primary not fenced."""
+    standby = database.standbys()[0].name
+    perform(database.monitor_url, "default", 0)
+    wait_until_switched(database.monitor_url, "default", 0, standby)
 
 
 def test_token_revoked_just_before_a_failover_is_refused_after_it_and_rate_counts_carry_over(healthy, cluster):
