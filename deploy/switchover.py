@@ -19,9 +19,10 @@ So the primary is fenced first: `default_transaction_read_only` on, which pg_aut
 sets on a standby it promotes and which libpq's `target_session_attrs=read-write` (the app servers'
 DATABASE_URL) skips; then its client sessions are ended, so that none goes on writing; then the
 switchover is asked of the monitor. The app servers answer 503 meanwhile, as they do while the
-primary drains anyway, and their next connection finds the new primary. A switchover refused before
-it starts unfences the primary. The setting may stay on the old primary, now a standby: harmless
-there, and pg_auto_failover sets it anew at every promotion (on, then off once the node takes writes).
+primary drains anyway, and their next connection finds the new primary. Once the old primary is the
+new one's standby the fence is undone there (not every promotion pg_auto_failover makes sets the
+setting anew). A switchover the monitor refused is undone at once; one whose fate is unknown (the
+monitor not answering) leaves the primary fenced, and the message says how to undo it.
 """
 
 import argparse
@@ -58,20 +59,39 @@ def pair(monitor: str, formation: str, group: int) -> tuple[tuple[str, str, int]
     return primaries[0], standbys[0]
 
 
-def fence(primary: str) -> None:
-    """Make the primary (a superuser's conninfo) take no more writes: read-only for every session from
-    now on, and every client session ended (a commit waiting for the standby ends unacknowledged)."""
+UNFENCE = "ALTER SYSTEM RESET default_transaction_read_only; SELECT pg_reload_conf();"
+
+
+def check_primary(primary: str) -> None:
+    """Refuse a primary (a superuser's conninfo) that acknowledges creates alone, or that some earlier
+    fence (or an operator) has made read-only: the fence's undo would make that one writable."""
     with psycopg.connect(primary, autocommit=True, connect_timeout=5) as conn:
-        (names,) = conn.execute("SHOW synchronous_standby_names").fetchone()
-        if not names:
-            raise NotSwitched(
-                "the primary names no synchronous standby (synchronous_standby_names is empty): it acknowledges"
-                " creates alone, and a switchover now would lose those its standby has not received"
-            )
+        names = conn.execute("SHOW synchronous_standby_names").fetchone()[0]
+        (synchronous,) = conn.execute(
+            "SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum')"
+        ).fetchone()
+        read_only = conn.execute("SHOW default_transaction_read_only").fetchone()[0]
+    if not names or not synchronous:
+        raise NotSwitched(
+            "the primary has no synchronous standby (synchronous_standby_names, pg_stat_replication): it"
+            " acknowledges creates alone, and a switchover now would lose those its standby has not received"
+        )
+    if read_only == "on":
+        raise NotSwitched(
+            "the primary is read-only already (default_transaction_read_only on): a fence an earlier switchover"
+            f" left? On the primary, once it should take writes: {UNFENCE}"
+        )
+
+
+def fence(primary: str) -> None:
+    """Make the primary take no more writes: read-only for every session from now on, and every client
+    session ended (a commit waiting for the standby then ends unacknowledged); then check it again."""
+    with psycopg.connect(primary, autocommit=True, connect_timeout=5) as conn:
         conn.execute("ALTER SYSTEM SET default_transaction_read_only = on")
         conn.execute("SELECT pg_reload_conf()")
         # The postmaster rereads its settings when signalled, not at once: a session started once it
-        # has is read-only from its first transaction on.
+        # has is read-only from its first transaction on, and one started before rereads them before
+        # its next command, or is ended below.
         deadline = time.monotonic() + 10
         while setting(primary, "default_transaction_read_only") != "on":
             if time.monotonic() > deadline:
@@ -81,12 +101,24 @@ def fence(primary: str) -> None:
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
         )
+        (names,) = conn.execute("SHOW synchronous_standby_names").fetchone()
+    if not names:
+        raise NotSwitched("the primary's synchronous_standby_names was emptied while it was fenced")
 
 
-def unfence(primary: str) -> None:
-    with psycopg.connect(primary, autocommit=True, connect_timeout=5) as conn:
-        conn.execute("ALTER SYSTEM SET default_transaction_read_only = off")
-        conn.execute("SELECT pg_reload_conf()")
+def unfence(conninfo: str, timeout: float = 0) -> None:
+    """Undo the fence (a standby takes it too); retried for `timeout` s while the node does not answer."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
+                conn.execute("ALTER SYSTEM RESET default_transaction_read_only")
+                conn.execute("SELECT pg_reload_conf()")
+            return
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def setting(conninfo: str, name: str) -> str:
@@ -106,20 +138,29 @@ def perform(monitor: str, formation: str, group: int) -> None:
                 raise
 
 
-def wait_until_switched(monitor: str, formation: str, group: int, standby: str, timeout: float = WAIT_S) -> None:
-    """Until the monitor has `standby` the primary (reported so) and the other node its secondary."""
+def states(monitor: str, formation: str, group: int) -> dict[str, tuple[str, str]]:
     query = "SELECT nodename, reportedstate, goalstate FROM pgautofailover.node WHERE formationid = %s AND groupid = %s"
-    deadline = time.monotonic() + timeout
+    with psycopg.connect(monitor, autocommit=True, connect_timeout=5) as conn:
+        return {name: (reported, goal) for name, reported, goal in conn.execute(query, [formation, group])}
+
+
+def wait_until_switched(monitor: str, formation: str, group: int, standby: str, timeout: float = WAIT_S) -> None:
+    """Until the monitor has `standby` the primary and every other node its secondary, all so reported
+    (a monitor that does not answer for a moment is asked again)."""
+    deadline, found = time.monotonic() + timeout, None
     while True:
-        with psycopg.connect(monitor, autocommit=True, connect_timeout=5) as conn:
-            states = {name: (reported, goal) for name, reported, goal in conn.execute(query, [formation, group])}
-        others = [state for name, state in states.items() if name != standby]
-        if states.get(standby) == ("primary", "primary") and others and all(goal == "secondary" for _, goal in others):
+        try:
+            found = states(monitor, formation, group)
+        except psycopg.OperationalError as error:
+            found = found or str(error)
+        if isinstance(found, dict) and all(
+            state == (("primary",) * 2 if name == standby else ("secondary",) * 2) for name, state in found.items()
+        ):
             return
         if time.monotonic() > deadline:
             raise NotSwitched(
-                f"not switched over within {timeout:.0f} s (pg_autoctl show state; the old primary stays"
-                f" read-only, default_transaction_read_only): {states}"
+                f"not switched over within {timeout:.0f} s (pg_autoctl show state): {found}. The old primary"
+                f" stays read-only; once the monitor has it a secondary, or if it is the primary again: {UNFENCE}"
             )
         time.sleep(0.2)
 
@@ -128,13 +169,24 @@ def switchover(monitor: str, user: str, dbname: str, formation: str = "default",
     """The whole switchover; the new primary's name."""
     (_, host, port), (standby, _, _) = pair(monitor, formation, group)
     primary = make_conninfo(host=host, port=port, user=user, dbname=dbname)
+    check_primary(primary)
     try:
         fence(primary)
         perform(monitor, formation, group)
-    except BaseException:
-        unfence(primary)
+    except (NotSwitched, psycopg.Error) as error:
+        # Undone only where the monitor assigned nothing (it answered, and has the pair as it was):
+        # a switchover it took goes on, and the fence must hold until the old primary is demoted.
+        try:
+            pair(monitor, formation, group)
+            unfence(primary)
+        except (NotSwitched, psycopg.Error):
+            message = f"{error}; the primary stays fenced (read-only) until the monitor settles: {UNFENCE}"
+            raise NotSwitched(message) from error
         raise
     wait_until_switched(monitor, formation, group, standby)
+    # The fence stays in the old primary's postgresql.auto.conf (pg_rewind leaves the file when no
+    # rewind is needed), and not every promotion pg_auto_failover makes sets the setting anew.
+    unfence(primary, timeout=30)
     return standby
 
 

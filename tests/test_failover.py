@@ -25,7 +25,7 @@ import pytest
 import redis
 
 from deploy.processes import ROOT, wait_until
-from deploy.switchover import fence, perform, wait_until_switched
+from deploy.switchover import UNFENCE, fence, perform, unfence, wait_until_switched
 from localcluster.database import PRIMARY_STATES, DataNode, FailoverDatabase
 from localcluster.processes import command_line, descendants
 from plants.tokens import token_digest
@@ -181,6 +181,8 @@ def test_switchover_under_load_loses_no_acknowledged_create_and_fails_few_reques
     assert len(late) >= 20 and set(late) == {200}
     new_primary = healthy.primary()
     assert new_primary is not old_primary and healthy.states()[old_primary.name][1] == "secondary"
+    # The fence undone on the old primary, now a standby: it takes writes once promoted in turn.
+    assert FailoverDatabase.execute(old_primary, "SHOW default_transaction_read_only") == [("off",)]
     lost = load.ids_with(200) - stored_ids(new_primary)
     # Where a lost create went, if one is: the old primary's copy, once it has rejoined, and when it was sent;
     # what the monitor decided and what each node's keeper and PostgreSQL did meanwhile, whole.
@@ -216,6 +218,7 @@ def test_switchover_assigned_while_the_old_primary_reports_loses_no_acknowledged
             wait_until(lambda: report_waits_for_a_lock(monitor), None, 10, "the old primary's keeper's report")
             monitor.execute("SELECT pgautofailover.perform_failover('default', 0)")
         wait_until_switched(healthy.monitor_url, "default", 0, standby.name)
+        unfence(old_primary.url, timeout=30)  # as deploy/switchover.py does once switched
         load.wait_for(len(load.answers) + 40)
 
     assert_only_created_or_unavailable(load)
@@ -225,26 +228,42 @@ def test_switchover_assigned_while_the_old_primary_reports_loses_no_acknowledged
     assert not lost, (len(lost), sorted(lost)[:5], events)
 
 
-def test_switchover_refused_when_the_primary_names_no_synchronous_standby_leaves_it_writable(healthy, cluster):
-    token = issue_token(healthy, "refused-switchover-client")
+@pytest.mark.parametrize(
+    "name, value, refusal",
+    [
+        (
+            "synchronous_standby_names",
+            "",
+            "the primary has no synchronous standby (synchronous_standby_names, pg_stat_replication): it"
+            " acknowledges creates alone, and a switchover now would lose those its standby has not received",
+        ),
+        (
+            "default_transaction_read_only",
+            "on",
+            "the primary is read-only already (default_transaction_read_only on): a fence an earlier switchover"
+            f" left? On the primary, once it should take writes: {UNFENCE}",
+        ),
+    ],
+)
+def test_switchover_refused_for_a_primary_alone_or_read_only_changes_nothing(healthy, cluster, name, value, refusal):
+    token = issue_token(healthy, f"refused-switchover-client-{name}")
     primary = healthy.primary()
-    (names,) = FailoverDatabase.execute(primary, "SHOW synchronous_standby_names")[0]
-    FailoverDatabase.execute(primary, "ALTER SYSTEM SET synchronous_standby_names = ''")
+    (before,) = FailoverDatabase.execute(primary, f"SHOW {name}")[0]
+    FailoverDatabase.execute(primary, f"ALTER SYSTEM SET {name} = '{value}'")
     FailoverDatabase.execute(primary, "SELECT pg_reload_conf()")
     try:
+        wait_until(lambda: FailoverDatabase.execute(primary, f"SHOW {name}") == [(value,)], None, 10, name)
         with pytest.raises(RuntimeError) as refused:
             healthy.switchover()
+        assert healthy.primary() is primary and healthy.healthy()
+        assert FailoverDatabase.execute(primary, f"SHOW {name}") == [(value,)]
     finally:
-        FailoverDatabase.execute(primary, f"ALTER SYSTEM SET synchronous_standby_names = '{names}'")
+        FailoverDatabase.execute(primary, f"ALTER SYSTEM SET {name} = '{before}'")
         FailoverDatabase.execute(primary, "SELECT pg_reload_conf()")
 
-    assert str(refused.value).endswith(
-        "switchover: the primary names no synchronous standby (synchronous_standby_names is empty): it"
-        " acknowledges creates alone, and a switchover now would lose those its standby has not received\n"
-    )
-    assert healthy.primary() is primary and healthy.healthy()
-    assert FailoverDatabase.execute(primary, "SHOW default_transaction_read_only") == [("off",)]
-    assert request(f"{cluster.url}/plants", {"id": 260_000, "name": "Rose"}, token)[0] == 200
+    assert str(refused.value).endswith(f"switchover: {refusal}\n")
+    wait_until(lambda: FailoverDatabase.execute(primary, f"SHOW {name}") == [(before,)], None, 10, name)
+    assert request(f"{cluster.url}/plants", {"id": 260_000 + len(name), "name": "Rose"}, token)[0] == 200
 
 
 def report_waits_for_a_lock(monitor: psycopg.Connection) -> bool:
