@@ -131,7 +131,10 @@ class Topology:
         return ProxiedConnection(self.port, client=source, timeout=timeout)
 
     def log(self) -> str:
-        return "".join(self._logs())
+        """Every log's complete lines. A reader can find a line still being written cut short (a write
+        reaches the file a page at a time for a reader), and the next log's first line run into it: so a
+        line without its newline yet is left for the next read."""
+        return "".join(text[: text.rfind("\n") + 1] for text in self._logs())
 
     def workers(self) -> list[int]:
         return self._workers()
