@@ -52,8 +52,13 @@ def free_shared_memory_of_lost_hosts(formation: FailoverDatabase) -> None:
     for node in formation.nodes:
         if node.process.poll() is not None and (node.pgdata / "postmaster.pid").exists():
             node.wait_until_gone()
-            pg_ctl = [str(formation.bin / "pg_ctl"), "-D", str(node.pgdata), "-w", "-s"]
-            formation.run([*pg_ctl, "start", "-l", str(node.pgdata / "freed.log")])
+            pg_ctl, log = [str(formation.bin / "pg_ctl"), "-D", str(node.pgdata), "-w", "-s"], node.pgdata / "freed.log"
+            try:
+                formation.run([*pg_ctl, "start", "-l", str(log)])
+            except RuntimeError as error:  # why PostgreSQL would not start is in its log, gone with the folder
+                raise RuntimeError(
+                    f"{error}\n{log.read_text(errors='replace')[-3000:] if log.exists() else ''}"
+                ) from None
             formation.run([*pg_ctl, "stop", "-m", "immediate"])
 
 
