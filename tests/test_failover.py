@@ -213,12 +213,14 @@ def test_switchover_assigned_while_the_old_primary_reports_loses_no_acknowledged
         load.wait_for(40)
         since = monitor_now(healthy)
         fence(old_primary.url)
-        with psycopg.connect(monitor_superuser_url(healthy)) as monitor:
-            monitor.execute("SELECT 1 FROM pgautofailover.node WHERE nodename = %s FOR UPDATE", [old_primary.name])
-            wait_until(lambda: report_waits_for_a_lock(monitor), None, 10, "the old primary's keeper's report")
-            monitor.execute("SELECT pgautofailover.perform_failover('default', 0)")
-        wait_until_switched(healthy.monitor_url, "default", 0, standby.name)
-        unfence(old_primary.url, timeout=30)  # as deploy/switchover.py does once switched
+        try:
+            with psycopg.connect(monitor_superuser_url(healthy)) as monitor:
+                monitor.execute("SELECT 1 FROM pgautofailover.node WHERE nodename = %s FOR UPDATE", [old_primary.name])
+                wait_until(lambda: report_waits_for_a_lock(monitor), None, 10, "the old primary's keeper's report")
+                monitor.execute("SELECT pgautofailover.perform_failover('default', 0)")
+            wait_until_switched(healthy.monitor_url, "default", 0, standby.name)
+        finally:
+            unfence(old_primary.url, timeout=30)  # as deploy/switchover.py does once switched (or refused)
         load.wait_for(len(load.answers) + 40)
 
     assert_only_created_or_unavailable(load)
