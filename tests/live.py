@@ -157,7 +157,7 @@ def request(
     """(status, headers, text) of one request to the public host name, sent as the proxy at the
     loopback address `proxy` sends a client's on (the TLS proxy, or a cluster's balancer), or, with
     no proxy, by the client itself; `headers` (underscores for dashes) in place of its own. Status
-    None when the connection failed."""
+    None when no answer came, the text then saying why."""
     headers = {
         **(PROXY_HEADERS if proxy else {"Host": PUBLIC_HOST}),
         "Content-Type": "application/json",
@@ -172,8 +172,8 @@ def request(
             return response.status, response.headers, response.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.headers, error.read().decode()
-    except (OSError, urllib.error.URLError, http.client.HTTPException):
-        return None, None, ""
+    except (OSError, urllib.error.URLError, http.client.HTTPException) as error:
+        return None, None, f"{type(error).__name__}: {error}"  # no answer: a timeout, or the connection's end
 
 
 def create_many(url: str, token: str, ids, name: str, threads: int = 8) -> list[tuple]:
