@@ -32,6 +32,8 @@ import time
 import psycopg
 from psycopg.conninfo import make_conninfo
 
+from deploy.processes import wait_until
+
 # The monitor's own limit for a switchover to complete (pg_autoctl perform switchover --wait).
 WAIT_S = 60
 # How many times the switchover is asked when the monitor rolls it back for a deadlock with a keeper's
@@ -43,18 +45,23 @@ class NotSwitched(Exception):
     """Why the pair was not switched over, for the operator."""
 
 
-def pair(monitor: str, formation: str, group: int) -> tuple[tuple[str, str, int], tuple[str, str, int]]:
-    """The primary's and its standby's (name, host, port), when the monitor has both settled there."""
+def nodes(monitor: str, formation: str, group: int) -> list[tuple[str, str, int, str, str]]:
+    """The group's nodes as the monitor has them: (name, host, port, reported state, assigned state)."""
     query = (
         "SELECT nodename, nodehost, nodeport, reportedstate, goalstate FROM pgautofailover.node"
         " WHERE formationid = %s AND groupid = %s ORDER BY nodeid"
     )
     with psycopg.connect(monitor, autocommit=True, connect_timeout=5) as conn:
-        nodes = conn.execute(query, [formation, group]).fetchall()
-    primaries = [node[:3] for node in nodes if node[3:] == ("primary", "primary")]
-    standbys = [node[:3] for node in nodes if node[3:] == ("secondary", "secondary")]
-    if len(nodes) != 2 or len(primaries) != 1 or len(standbys) != 1:
-        states = ", ".join(f"{name} {reported}/{goal}" for name, _, _, reported, goal in nodes)
+        return conn.execute(query, [formation, group]).fetchall()
+
+
+def pair(monitor: str, formation: str, group: int) -> tuple[tuple[str, str, int], tuple[str, str, int]]:
+    """The primary's and its standby's (name, host, port), when the monitor has both settled there."""
+    found = nodes(monitor, formation, group)
+    primaries = [node[:3] for node in found if node[3:] == ("primary", "primary")]
+    standbys = [node[:3] for node in found if node[3:] == ("secondary", "secondary")]
+    if len(found) != 2 or len(primaries) != 1 or len(standbys) != 1:
+        states = ", ".join(f"{name} {reported}/{goal}" for name, _, _, reported, goal in found)
         raise NotSwitched(f"the pair is not one primary and one secondary, settled (pg_autoctl show state): {states}")
     return primaries[0], standbys[0]
 
@@ -92,11 +99,10 @@ def fence(primary: str) -> None:
         # The postmaster rereads its settings when signalled, not at once: a session started once it
         # has is read-only from its first transaction on, and one started before rereads them before
         # its next command, or is ended below.
-        deadline = time.monotonic() + 10
-        while setting(primary, "default_transaction_read_only") != "on":
-            if time.monotonic() > deadline:
-                raise NotSwitched("the primary did not take default_transaction_read_only = on within 10 s")
-            time.sleep(0.05)
+        try:
+            wait_until(lambda: setting(primary, "default_transaction_read_only") == "on", None, 10, "the fence")
+        except RuntimeError:
+            raise NotSwitched("the primary did not take default_transaction_read_only = on within 10 s") from None
         conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
@@ -138,19 +144,13 @@ def perform(monitor: str, formation: str, group: int) -> None:
                 raise
 
 
-def states(monitor: str, formation: str, group: int) -> dict[str, tuple[str, str]]:
-    query = "SELECT nodename, reportedstate, goalstate FROM pgautofailover.node WHERE formationid = %s AND groupid = %s"
-    with psycopg.connect(monitor, autocommit=True, connect_timeout=5) as conn:
-        return {name: (reported, goal) for name, reported, goal in conn.execute(query, [formation, group])}
-
-
 def wait_until_switched(monitor: str, formation: str, group: int, standby: str, timeout: float = WAIT_S) -> None:
     """Until the monitor has `standby` the primary and every other node its secondary, all so reported
     (a monitor that does not answer for a moment is asked again)."""
     deadline, found = time.monotonic() + timeout, None
     while True:
         try:
-            found = states(monitor, formation, group)
+            found = {name: (reported, goal) for name, _, _, reported, goal in nodes(monitor, formation, group)}
         except psycopg.OperationalError as error:
             found = found or str(error)
         if isinstance(found, dict) and all(
