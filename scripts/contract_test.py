@@ -3,7 +3,8 @@
 Serves the production path (debug off, a production unit: deploy/unit.py, nginx then the app
 server) on a free loopback port, with DATABASE_URL if set (e.g. under scripts/with-postgres),
 else a throwaway SQLite file; issues a token; runs every schemathesis check on positive and
-negative data, none excluded. Exits non-zero on any failure, with the server's log.
+negative data, none excluded (their settings in tests/schemathesis.toml; SCHEMATHESIS_ARGS adds
+options, e.g. `--seed N` to replay a failed run). Exits non-zero on any failure, with the server's log.
 """
 
 import os
@@ -17,6 +18,7 @@ from localcluster.processes import LocalUnit, free_port
 
 SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
 PUBLIC_HOST = "plants.example.com"
+CONFIG = ROOT / "tests" / "schemathesis.toml"
 
 
 def manage(server: LocalUnit, *args: str) -> str:
@@ -49,11 +51,12 @@ def main() -> int:
         token = manage(server, "token", "issue", "schemathesis").strip()
         server.start()
         try:
-            command = [str(SCHEMATHESIS), "run", f"{server.url}/openapi.json"]
+            command = [str(SCHEMATHESIS), "--config-file", str(CONFIG), "run", f"{server.url}/openapi.json"]
             command += ["--header", f"Authorization: Bearer {token}", "--header", f"Host: {PUBLIC_HOST}"]
             command += ["--checks", "all", "--mode", "all"]
             command += ["--max-examples", os.environ.get("SCHEMATHESIS_EXAMPLES", "300")]
             command += ["--generation-database", "none", "--no-color"]
+            command += os.environ.get("SCHEMATHESIS_ARGS", "").split()
             hooks = {"PYTHONPATH": str(ROOT), "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks"}
             status = subprocess.run(command, cwd=ROOT, env={**os.environ, **hooks}).returncode
         finally:
