@@ -117,7 +117,8 @@ ENV = {
     # Throttling stays on, at a rate the load never reaches, so its cost is measured: in the
     # default store, the database (plants/rate_stores.py).
     "PLANTS_THROTTLE_RATE": "100000000/second",
-    # What production runs.
+    # What production runs (.env.example: a direct connection to PostgreSQL, its statements prepared).
+    "DJANGO_DB_PREPARED_STATEMENTS": "1",
     "APP_PROCESSES": APP_SETTINGS["APP_PROCESSES"],
     "APP_THREADS": APP_SETTINGS["APP_THREADS"],
 }
@@ -204,7 +205,8 @@ def main() -> None:
         servers["service"] = service(LOG_DIR, **ENV).start()
         print(f"the service's log: {servers['service'].log_path}", flush=True)
         peer_env = {name: ENV[name] for name in ("DATABASE_URL", "DJANGO_SECRET_KEY", "DJANGO_ALLOWED_HOSTS")}
-        peer_env |= {name: ENV[name] for name in ("APP_PROCESSES", "APP_THREADS")}  # the service's Granian settings
+        # The service's Granian settings, and its database's: statements prepared on every Django target.
+        peer_env |= {name: ENV[name] for name in ("APP_PROCESSES", "APP_THREADS", "DJANGO_DB_PREPARED_STATEMENTS")}
         for equal_work in (False, True):
             peers = [
                 fastapi_peer(LOG_DIR, ENV["DATABASE_URL"], equal_work),

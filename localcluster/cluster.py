@@ -81,6 +81,12 @@ class PgBouncer:
         (work_dir / "userlist.txt").write_text(f'"{settings_dict["USER"] or "postgres"}" ""\n')
         self.process: subprocess.Popen | None = None
 
+    @property
+    def client_settings(self) -> dict[str, str]:
+        """An app server's settings behind it: its URL, and no prepared statements, which PgBouncer
+        1.18 in transaction mode cannot keep (.env.example has them on, for a direct connection)."""
+        return {"DATABASE_URL": self.url, "DJANGO_DB_PREPARED_STATEMENTS": "0"}
+
     def start(self) -> "PgBouncer":
         binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
         if not Path(binary).exists():
@@ -255,8 +261,6 @@ class Cluster:
         # PgBouncer 1.18 cannot follow a primary (it has no target_session_attrs): in front of a
         # failover pair, the app servers connect by the URL that follows it.
         self.pgbouncer = PgBouncer(settings_dict) if database_url is None else None
-        # DJANGO_DB_PREPARED_STATEMENTS stays at its default, off: PgBouncer 1.18 in transaction
-        # mode keeps no prepared statements.
         database_url = self.pgbouncer.url if self.pgbouncer else database_url
         unit_urls = database_url if isinstance(database_url, list) else [database_url] * app_servers
         self.env = {
@@ -264,6 +268,7 @@ class Cluster:
             "DATABASE_URL": unit_urls[0],  # the first unit's, which a command run beside the cluster uses too
             "REDIS_URL": self.redis.url,
             **env,
+            **(self.pgbouncer.client_settings if self.pgbouncer else {}),
             # The front names the client in X-Forwarded-For and HAProxy adds the front's address; each
             # unit's nginx believes only those two, which connect from BALANCER_ADDRESS. The proxies
             # that `env` names (a TLS proxy in front of the cluster) are the front's to believe.

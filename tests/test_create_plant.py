@@ -3,8 +3,10 @@
 import re
 
 import pytest
+from django.utils import timezone
 
 from plants.models import Plant
+from plants.services import insert_sql
 
 pytestmark = pytest.mark.django_db
 
@@ -28,6 +30,24 @@ def test_create_without_tag_omits_tag_from_answer_and_stores_null(post_plant):
     assert response.status_code == 200
     assert response.json() == {"id": 2, "name": "Fern"}
     assert stored_plants() == [(2, "Fern", None)]
+
+
+def test_create_stores_the_time_it_was_made(post_plant):
+    before = timezone.now()
+    response = post_plant({"id": 4, "name": "Sage"})
+    after = timezone.now()
+
+    assert response.status_code == 200
+    stored = Plant.objects.get(id=4)
+    assert before <= stored.created_at <= after  # read back by the ORM, in UTC, on SQLite as on PostgreSQL
+
+
+def test_create_inserts_every_column_of_a_plant():
+    # The INSERT is written on a cursor (plants/services.py), not compiled by the ORM: a field added
+    # to Plant must be added to it too, or its column would be left to NULL instead of its default.
+    columns = re.search(r"\((.*?)\) VALUES", insert_sql("any"))[1].replace('"', "").replace("`", "").split(", ")
+
+    assert sorted(columns) == sorted(field.column for field in Plant._meta.concrete_fields)
 
 
 def test_create_stores_names_exactly_as_sent(post_plant):

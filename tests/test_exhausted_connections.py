@@ -219,7 +219,7 @@ def transactions_holding(url: str, count: int):
 
 
 def test_pgbouncer_pool_held_answers_503_after_its_queue_wait_and_serves_again_once_freed(production_unit, pgbouncer):
-    server = production_unit(DATABASE_URL=pgbouncer.url)
+    server = production_unit(**pgbouncer.client_settings)
     _, secret = token_issue(name="exhausted")
     create = lambda plant_id: request(f"{server.url}/plants", {"id": plant_id, "name": "Fern"}, secret)  # noqa: E731
     pool_size = pgbouncer_setting(pgbouncer.config, "default_pool_size")

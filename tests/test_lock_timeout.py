@@ -40,8 +40,10 @@ def test_create_kept_waiting_for_a_lock_answers_503_after_the_database_s_lock_ti
     config = configparser.ConfigParser(inline_comment_prefixes=(";",))
     config.read(pgbouncer.config)
     assert config["pgbouncer"]["ignore_startup_parameters"] == "extra_float_digits"
-    url = pgbouncer.url if through_pgbouncer else database_url(connection.settings_dict)
-    server = production_unit(DATABASE_URL=url, APP_PROCESSES="1", APP_THREADS="2")
+    database = (
+        pgbouncer.client_settings if through_pgbouncer else {"DATABASE_URL": database_url(connection.settings_dict)}
+    )
+    server = production_unit(**database, APP_PROCESSES="1", APP_THREADS="2")
     _, secret = token_issue(name="locks")
     create = lambda plant_id: request(f"{server.url}/plants", {"id": plant_id, "name": "Fern"}, secret)  # noqa: E731
     before = create(1)

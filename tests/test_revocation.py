@@ -81,7 +81,7 @@ def server(request, production_unit):
     if request.param == "postgresql":
         return production_unit(APP_PROCESSES="2", APP_THREADS="4")
     bouncer = request.getfixturevalue("pgbouncer")
-    return production_unit(APP_PROCESSES="2", APP_THREADS="4", DATABASE_URL=bouncer.url)
+    return production_unit(APP_PROCESSES="2", APP_THREADS="4", **bouncer.client_settings)
 
 
 REVOKED_TEXT = '{"error":40101,"message":"The token has been revoked."}'

@@ -1,7 +1,8 @@
 """Settings shared by the Django peers of `make bench`: what `startproject` writes, plus DATABASE_URL.
 
 Idiomatic on purpose: the default apps and middleware, persistent connections as
-cookiecutter-django sets them (CONN_MAX_AGE 60), no request log (Django's default logging).
+cookiecutter-django sets them (CONN_MAX_AGE 60), no request log (Django's default logging); prepared
+statements when the service has them (DJANGO_DB_PREPARED_STATEMENTS, as bench/run.py passes it).
 
 PEER_EQUAL_WORK=1 selects the equal-work variant, which does what the service does besides the token
 lookup and the INSERT: it counts each request against a per-token limit (bench/peers/rate_limit.py,
@@ -51,6 +52,10 @@ TEMPLATES = [
     }
 ]
 DATABASES = {"default": dj_database_url.parse(environment["DATABASE_URL"], conn_max_age=60)}
+if environment.get("DJANGO_DB_PREPARED_STATEMENTS") == "1":
+    # The service's setting, the same way (plantstore_site/settings.py): server-side parameters, and
+    # statements prepared from their 5th use on a connection, as asyncpg prepares the FastAPI peer's.
+    DATABASES["default"]["OPTIONS"] = {"server_side_binding": True, "prepare_threshold": 5}
 TIME_ZONE = "UTC"  # as startproject writes it, and the service has it: the log lines' times in UTC
 USE_TZ = True
 STATIC_URL = "static/"
