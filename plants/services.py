@@ -44,7 +44,6 @@ def _insert(plant: Plant) -> None:
     created_at = connection.ops.adapt_datetimefield_value(plant.created_at)
     with connection.cursor() as cursor:
         cursor.execute(insert_sql(connection.vendor), [plant.id, plant.name, plant.tag, created_at])
-    plant._state.adding, plant._state.db = False, connection.alias  # stored, as save() leaves it
 
 
 @functools.cache
