@@ -1,21 +1,18 @@
 """Bearer token authentication for the API (RFC 6750)."""
 
-import functools
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
-from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 
-from plants import metrics, rate_stores
+from plants import metrics
 from plants.authentication_limit import authentication_failed
 from plants.exceptions import InvalidToken, MalformedCredentials
-from plants.models import AUTHENTICATION_FIELDS, ApiToken, RateLimitCounter, TokenStatus, quoted_names
-from plants.throttling import Window, token_read_window
+from plants.models import AUTHENTICATION_FIELDS, ApiToken, TokenStatus
 from plants.tokens import MAX_TOKEN_LENGTH, token_digest
 
-# last_used_at is written at most this often per token, so the hot path stays one SELECT and the INSERT.
+# last_used_at is written at most this often per token: the hot path reads the token, and writes it once a minute.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 # Why a token that exists is refused, by its status.
 REFUSED_BECAUSE = {TokenStatus.REVOKED: "The token has been revoked.", TokenStatus.EXPIRED: "The token has expired."}
@@ -55,51 +52,17 @@ class TokenClient:
         return False
 
 
-def token_for(secret: str, window: Window | None = None) -> tuple[ApiToken | None, int | None]:
-    """The token whose secret this is, read from the database (never from a cache), or None; and,
-    given the `window` this request counts in (throttling.token_read_window), the window's count with it.
+def token_for(secret: str) -> ApiToken | None:
+    """The token whose secret this is, read from the database (never from a cache), or None.
 
-    One statement on a cursor, its row made an ApiToken by `Model.from_db` (the other fields deferred,
-    as `only()` defers them): the ORM's `only(...).get(...)` builds and compiles the same query on
-    every request, a quarter of a create's CPU before it left the ORM. With a window the SELECT and
-    the count's upsert (plants/rate_stores.py: upsert_sql) are one statement, a round trip less
-    (docs/decisions/hot-path.md); a request with a token that exists counts, even one refused below
-    for its token's expiry or revocation.
+    One SELECT of the fields authenticating and throttling read (`only()`), by the digest's unique index.
     """
     if len(secret) > MAX_TOKEN_LENGTH:  # longer than any token issued: not worth hashing
-        return None, None
-    parameters = [token_digest(secret)]
-    if window is not None:
-        parameters += [window.start, window.policy.window, window.policy.window]
-    with connection.cursor() as cursor:
-        cursor.execute(token_sql(connection.vendor, counted=window is not None), parameters)
-        row = cursor.fetchone()
-    if row is None:
-        return None, None
-    values, count = (row[:-1], row[-1]) if window is not None else (row, None)
-    return ApiToken.from_db(connection.alias, TOKEN_COLUMNS, [aware(value) for value in values]), count
-
-
-# The primary key, then what authenticating and throttling read.
-TOKEN_COLUMNS = ["id", *AUTHENTICATION_FIELDS]
-
-
-@functools.cache
-def token_sql(vendor: str, counted: bool = False) -> str:
-    """The token's SELECT on this kind of database, with the table's and columns' names from the model,
-    quoted; `counted`, with its request's count in its window (PostgreSQL: an INSERT inside a WITH)."""
-    table, digest, *columns = quoted_names(ApiToken, "digest", *TOKEN_COLUMNS)
-    select = f"SELECT {', '.join(columns)} FROM {table} WHERE {digest} = %s"
-    if not counted:
-        return select
-    count = quoted_names(RateLimitCounter, "count")[1]
-    upsert = rate_stores.upsert_sql(vendor, row=f"SELECT {digest}, %s, 1 FROM token")
-    return f"WITH token AS ({select}), counted AS ({upsert}) SELECT token.*, (SELECT {count} FROM counted) FROM token"
-
-
-def aware(value):
-    """A datetime as the ORM gives it: SQLite's cursor hands back the stored UTC time without its zone."""
-    return timezone.make_aware(value, UTC) if isinstance(value, datetime) and timezone.is_naive(value) else value
+        return None
+    try:
+        return ApiToken.objects.only(*AUTHENTICATION_FIELDS).get(digest=token_digest(secret))
+    except ApiToken.DoesNotExist:
+        return None
 
 
 class BearerTokenAuthentication(BaseAuthentication):
@@ -134,8 +97,7 @@ class BearerTokenAuthentication(BaseAuthentication):
         return TokenClient(token), token
 
     def authenticate_credentials(self, secret: str, request) -> ApiToken:
-        window = token_read_window()
-        token, count = token_for(secret, window)
+        token = token_for(secret)
         if token is None:
             self.failed(request, "unknown")
             raise InvalidToken("The token is not valid.")
@@ -149,8 +111,6 @@ class BearerTokenAuthentication(BaseAuthentication):
             stale = Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
             ApiToken.objects.filter(stale, pk=token.pk).update(last_used_at=now)
             token.last_used_at = now
-        if count is not None:  # counted in the read: TokenRateThrottle decides on it
-            request.rate_limit = window.counted(count)
         return token
 
     def failed(self, request, reason: str) -> None:

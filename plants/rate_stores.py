@@ -6,12 +6,12 @@ store: each request is one atomic increment in the store, never a count kept in 
   Redis backend: `incr()` is Redis' INCR, and `add()` makes a window's key with its expiry (SET NX EX).
 - Otherwise the database counts, with its own atomic upsert (INSERT ... ON CONFLICT DO UPDATE, on
   PostgreSQL and on SQLite 3.35 or later): one statement per request, one row per token, reused from
-  window to window, so the table holds no more rows than there are tokens. On PostgreSQL a token's
-  count is part of the statement that reads the token (plants/authentication.py: token_for), and the
-  table is UNLOGGED: no flush per count, and a crash or a failover starts the counts afresh
+  window to window, so the table holds no more rows than there are tokens. On PostgreSQL the table
+  is UNLOGGED: no flush per count, and a crash or a failover starts the counts afresh
   (docs/decisions/rate-limit-store.md).
-A store that cannot count raises StoreError (Redis) or the database's own error, and the request is
-answered 503: the limit fails closed, never open.
+A store that cannot count raises StoreError (Redis) or the database's own error; what the request
+gets then is PLANTS_RATE_LIMIT_FAILURE_MODE's to say (plants/throttling.py: window_count): served
+uncounted (open, the default) or 503 (closed).
 """
 
 import functools
@@ -61,17 +61,18 @@ def database_increment(key: str, window_start: int, window: int) -> int:
 
 
 @functools.cache
-def upsert_sql(vendor: str, row: str = "VALUES (%s, %s, 1)") -> str:
-    """The counting statement on this kind of database, with the table's and columns' names from the model, quoted.
+def upsert_sql(vendor: str) -> str:
+    """The counting statement on this kind of database, with the table's and columns' names from the model, quoted:
+    SQL, since the ORM has no upsert that returns the row's new count (bulk_create's update_conflicts
+    sets columns to the new row's values, not to an expression of the stored ones).
 
-    `row` is the (key, window start, 1) to count, with the window in seconds as the last two
-    parameters. The row starts afresh for a newer window, and for an older one more than a window
+    Its parameters: the key, the window's start, then the window in seconds twice. The row starts afresh for a newer window, and for an older one more than a window
     back (a clock that went back); a request of the window just before the row's counts in the row's.
     """
     table, key, start, count = quoted_names(RateLimitCounter, "key", "window_start", "count")
     fresh = f"(excluded.{start} > {table}.{start} OR excluded.{start} < {table}.{start} - %s)"
     return (
-        f"INSERT INTO {table} ({key}, {start}, {count}) {row} ON CONFLICT ({key}) DO UPDATE SET "
+        f"INSERT INTO {table} ({key}, {start}, {count}) VALUES (%s, %s, 1) ON CONFLICT ({key}) DO UPDATE SET "
         f"{count} = CASE WHEN {fresh} THEN 1 ELSE {table}.{count} + 1 END, "
         f"{start} = CASE WHEN {fresh} THEN excluded.{start} ELSE {table}.{start} END "
         f"RETURNING {count}"

@@ -1,6 +1,5 @@
 """Business rules: creating plants (with safe retries) and issuing and revoking tokens."""
 
-import functools
 from contextlib import nullcontext
 from datetime import timedelta
 
@@ -10,7 +9,7 @@ from django.utils import timezone
 
 from plants import metrics
 from plants.exceptions import DuplicatePlantId
-from plants.models import ApiToken, Plant, quoted_names
+from plants.models import ApiToken, Plant
 from plants.tokens import DISPLAY_PREFIX_LENGTH, generate_token, token_digest
 
 
@@ -21,10 +20,11 @@ def plant_create(*, id: int, name: str, tag: str | None = None) -> Plant:
     creates of one id cannot both win. Only a conflicting INSERT reads the stored row.
     Raises DuplicatePlantId when the id is taken by another name or tag.
     """
-    plant = Plant(id=id, name=name, tag=tag)  # created_at: the field's default, now
     try:
-        with _savepoint_if_nested():
-            _insert(plant)
+        # In autocommit (every API request) the INSERT is its own transaction. Inside an outer
+        # transaction a failed INSERT would poison it, so a savepoint contains the failure.
+        with transaction.atomic() if connection.in_atomic_block else nullcontext():
+            plant = Plant.objects.create(id=id, name=name, tag=tag)
     except IntegrityError:
         stored = Plant.objects.filter(id=id).first()
         if stored is None:
@@ -36,27 +36,6 @@ def plant_create(*, id: int, name: str, tag: str | None = None) -> Plant:
         raise DuplicatePlantId(id) from None
     metrics.CREATE_OUTCOME["created"].inc()
     return plant
-
-
-def _insert(plant: Plant) -> None:
-    """`plant`'s INSERT on a cursor: what `plant.save(force_insert=True)` sends, without compiling it
-    afresh on every create (docs/decisions/hot-path.md); the values adapted as the ORM adapts them."""
-    created_at = connection.ops.adapt_datetimefield_value(plant.created_at)
-    with connection.cursor() as cursor:
-        cursor.execute(insert_sql(connection.vendor), [plant.id, plant.name, plant.tag, created_at])
-
-
-@functools.cache
-def insert_sql(vendor: str) -> str:
-    """The plant's INSERT on this kind of database, with the table's and columns' names from the model, quoted."""
-    table, *columns = quoted_names(Plant, "id", "name", "tag", "created_at")
-    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES (%s, %s, %s, %s)"
-
-
-def _savepoint_if_nested():
-    # In autocommit (every API request) the INSERT is its own transaction. Inside an outer
-    # transaction a failed INSERT would poison it, so a savepoint contains the failure.
-    return transaction.atomic() if connection.in_atomic_block else nullcontext()
 
 
 def token_issue(*, name: str, expires_in: timedelta | None = None) -> tuple[ApiToken, str]:

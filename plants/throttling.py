@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connection
 from rest_framework.throttling import BaseThrottle
 
 from plants import metrics, rate_stores
@@ -101,19 +100,6 @@ class Window:
         return RateLimitCount(self.policy, count, reset=max(1, math.ceil(self.start + self.policy.window - self.now)))
 
 
-def token_read_window() -> Window | None:
-    """The window this request counts in when the token's read counts it too, or None: the throttle counts.
-
-    With the database as the store, on PostgreSQL, the token's SELECT and its count's upsert are one
-    statement (plants/authentication.py: token_for): a round trip less on every create
-    (docs/decisions/hot-path.md). SQLite, which has no INSERT inside a WITH, and Redis count apart.
-    """
-    policy = rate_policy(settings.PLANTS_THROTTLE_RATE)
-    if policy is None or rate_stores.RATE_LIMIT_CACHE in settings.CACHES or connection.vendor != "postgresql":
-        return None
-    return Window(policy, clock())
-
-
 def window_count(key: str, policy: RatePolicy) -> RateLimitCount | None:
     """Count one event of `key` in the current fixed window of `policy`. A store that fails is a 503
     (PLANTS_RATE_LIMIT_FAILURE_MODE closed), or None: the event goes uncounted (open)."""
@@ -134,8 +120,7 @@ def window_count(key: str, policy: RatePolicy) -> RateLimitCount | None:
 class TokenRateThrottle(BaseThrottle):
     """At most PLANTS_THROTTLE_RATE requests per token per fixed window, across every worker.
 
-    The count is left on the request (`request.rate_limit`) for add_rate_limit_headers, by the token's
-    read where it counted the request (token_read_window), else here. A store that cannot be reached
+    The count is left on the request (`request.rate_limit`) for add_rate_limit_headers. A store that cannot be reached
     passes the request uncounted, without the headers (PLANTS_RATE_LIMIT_FAILURE_MODE open), or fails
     it closed: 503 SERVICE_UNAVAILABLE.
     """
@@ -144,9 +129,7 @@ class TokenRateThrottle(BaseThrottle):
         policy = rate_policy(settings.PLANTS_THROTTLE_RATE)
         if policy is None or not isinstance(request.auth, ApiToken):
             return True
-        if (counted := getattr(request, "rate_limit", None)) is None:  # not counted in the token's read
-            counted = request.rate_limit = rate_limit_count(request.auth, policy)
-        self.counted = counted
+        counted = self.counted = request.rate_limit = rate_limit_count(request.auth, policy)
         return counted is None or counted.allowed
 
     def wait(self) -> float:

@@ -15,7 +15,6 @@ from plants.negotiation import request_media_type
 from plants.readiness import unready_dependencies
 from plants.schema import create_plant_schema
 from plants.serializers import NewPlantSerializer, PlantSerializer
-from plants.services import plant_create
 from plants.throttling import add_rate_limit_headers
 
 
@@ -32,7 +31,7 @@ class PlantViewSet(viewsets.GenericViewSet):
     def create(self, request, *args, **kwargs):
         serializer = NewPlantSerializer(data=read_json_object(request))
         serializer.is_valid(raise_exception=True)
-        plant = plant_create(**serializer.validated_data)
+        plant = serializer.save()
         return Response(PlantSerializer(plant).data, status=status.HTTP_200_OK)
 
     def finalize_response(self, request, response, *args, **kwargs):

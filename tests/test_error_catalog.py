@@ -82,7 +82,7 @@ def internal_error(reach):
     def explode(**kwargs):
         raise RuntimeError("a bug")
 
-    reach.monkeypatch.setattr("plants.views.plant_create", explode)
+    reach.monkeypatch.setattr("plants.serializers.plant_create", explode)
     reach.api_client.raise_request_exception = False  # answer as a server would
     return reach.post_plant(ROSE)
 

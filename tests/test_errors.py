@@ -198,7 +198,7 @@ def test_unexpected_exception_returns_500_error_body_and_is_logged(api_client, p
     def explode(**kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("plants.views.plant_create", explode)
+    monkeypatch.setattr("plants.serializers.plant_create", explode)
     api_client.raise_request_exception = False  # answer as a server would, not re-raise into the test
 
     response = post_plant({"id": 1, "name": "Rose"})
@@ -211,7 +211,7 @@ def test_unexpected_api_exception_returns_500_internal_error_body(post_plant, mo
     def fail(**kwargs):
         raise APIException()  # a DRF error of no kind the catalog names: its status decides
 
-    monkeypatch.setattr("plants.views.plant_create", fail)
+    monkeypatch.setattr("plants.serializers.plant_create", fail)
 
     response = post_plant({"id": 1, "name": "Rose"})
 
@@ -385,7 +385,7 @@ def test_create_on_a_full_sqlite_disk_returns_503_error_body_and_stores_nothing(
         with connection.wrap_database_errors:  # as Django's cursor raises SQLite's error
             raise sqlite3.OperationalError("database or disk is full")
 
-    monkeypatch.setattr("plants.views.plant_create", disk_full)
+    monkeypatch.setattr("plants.serializers.plant_create", disk_full)
 
     response = post_plant({"id": 1, "name": "Rose"})
 

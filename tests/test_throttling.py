@@ -7,9 +7,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.utils import timezone
 
 from plants import rate_stores
-from plants.models import Plant, RateLimitCounter
+from plants.models import ApiToken, Plant, RateLimitCounter
 from plants.services import token_issue
 from plants.throttling import RatePolicy, rate_policy
 from tests.clock import HOUR, NOW, WINDOW_START
@@ -97,6 +98,24 @@ def test_unauthenticated_answers_carry_no_rate_limit_headers(three_per_hour, api
 
     assert response.status_code == 401
     assert rate_limit_headers(response) == (None, None)
+
+
+@pytest.mark.parametrize("refused", ["revoked", "expired"])
+def test_a_revoked_or_expired_token_is_refused_uncounted_and_leaves_its_quota_whole(
+    three_per_hour, post_plant, issued_token, clock, refused
+):
+    token, _ = issued_token
+    if refused == "revoked":
+        ApiToken.objects.filter(pk=token.pk).update(revoked_at=timezone.now())
+    else:
+        ApiToken.objects.filter(pk=token.pk).update(expires_at=timezone.now())
+    answers = [post_plant({"id": plant_id, "name": "Rose"}) for plant_id in range(4)]
+    ApiToken.objects.filter(pk=token.pk).update(revoked_at=None, expires_at=None)  # active again
+
+    after = post_plant({"id": 10, "name": "Rose"})
+
+    assert [(answer.status_code, rate_limit_headers(answer)) for answer in answers] == [(401, (None, None))] * 4
+    assert (after.status_code, rate_limit_headers(after)[1]) == (200, '"default";r=2;t=2600')
 
 
 def test_empty_rate_turns_throttling_and_its_headers_off(settings, post_plant):

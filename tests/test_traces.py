@@ -105,7 +105,7 @@ def refusals(log_lines, settings, post_plant, api_client, monkeypatch):
     ]
     settings.PLANTS_THROTTLE_RATE = ""
     answers.append(post_plant({"id": 3, "name": "x" * 5000}, HTTP_TRACEPARENT=TRACEPARENT))  # 413
-    monkeypatch.setattr("plants.views.plant_create", explode)
+    monkeypatch.setattr("plants.serializers.plant_create", explode)
     api_client.raise_request_exception = False  # answer as a server would, not re-raise into the test
     answers.append(post_plant({"id": 4, "name": "Ivy"}, HTTP_TRACEPARENT=TRACEPARENT))  # 500
     return [answer.status_code for answer in answers]
