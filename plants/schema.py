@@ -11,8 +11,9 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from plants.exceptions import ERROR_CODE_DESCRIPTIONS, ErrorCode
 from plants.serializers import ErrorSerializer, NewPlantSerializer, PlantSerializer, StrictCharField
 
-# The answers of the catalog the create never gives: other paths and methods (404, 405), the admin's
-# (403), a Host refused before any view (40000), and nginx's own refusals.
+# The catalog's codes the create is not documented to answer: other paths and methods (404, 405), the
+# admin's (403), a Host refused before any view (40000), and nginx's own refusals. Every other code is
+# listed under its status (tests/test_error_catalog.py: listed iff a POST /plants reaches it).
 NOT_ANSWERED_BY_CREATE = {
     ErrorCode.BAD_REQUEST,
     ErrorCode.FORBIDDEN,
@@ -22,7 +23,7 @@ NOT_ANSWERED_BY_CREATE = {
     ErrorCode.HEADERS_TOO_LARGE,
     ErrorCode.NOT_IMPLEMENTED,
 }
-# Each status the create answers with an Error body, in a line; its codes are the catalog's.
+# Each status the create answers with an Error body, in a line; the codes under it are the catalog's.
 ERROR_SUMMARIES = {
     400: "Unexpected error: the body is not a valid NewPlant, or the id is taken.",
     401: "No valid bearer token.",

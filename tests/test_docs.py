@@ -216,6 +216,11 @@ def fields_cell() -> str:
     return re.search(r"^\| Fields \| (.*) \|$", page, re.MULTILINE).group(1)
 
 
+def in_a_sentence(text: str) -> str:
+    """ "Must be one word." as the page may say it inside a sentence: "must be one word"."""
+    return text[0].lower() + text[1:].rstrip(".")
+
+
 def test_the_fields_row_of_the_api_docs_states_each_field_s_rules_as_the_serializer_does():
     """Each NewPlant field, required or optional, its bounds, and every rule of its own with its message."""
     from django.core.validators import RegexValidator
@@ -228,8 +233,8 @@ def test_the_fields_row_of_the_api_docs_states_each_field_s_rules_as_the_seriali
         said = f"`{name}`: {'required' if field.required else 'optional'}, "
         if isinstance(field, StrictCharField):
             said += f"{field.min_length}–{field.max_length} characters"
-            expected += [field.rules[0].lower() + field.rules[1:]]
-            expected += [str(rule.message) for rule in field.validators if isinstance(rule, RegexValidator)]
+            own = [str(rule.message) for rule in field.validators if isinstance(rule, RegexValidator)]
+            expected += [in_a_sentence(rules) for rules in [field.rules, *own]]
         elif isinstance(field, StrictIntegerField) and (field.min_value, field.max_value) == (INT64_MIN, INT64_MAX):
             said += "a JSON integer in the int64 range"
         expected.append(said)
