@@ -2,6 +2,7 @@
 
 import re
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.validators import RegexValidator
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.plumbing import build_bearer_security_scheme_object
@@ -61,6 +62,8 @@ def codes_answered_by_create(status: int) -> list[ErrorCode]:
 def error_responses() -> dict[int, OpenApiResponse]:
     """The create's Error answers, by status: each lists the catalog's codes of its status."""
     statuses = sorted({code // 100 for code in ErrorCode if code not in NOT_ANSWERED_BY_CREATE})
+    if missing := set(statuses) - ERROR_SUMMARIES.keys():
+        raise ImproperlyConfigured(f"plants/schema.py: ERROR_SUMMARIES has no line for status {sorted(missing)}")
     return {
         status: OpenApiResponse(
             ErrorSerializer,

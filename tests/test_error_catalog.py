@@ -139,6 +139,10 @@ def codes_the_schema_lists_for_the_create() -> set[int]:
     return {int(code) for text in descriptions for code in re.findall(r"^- `(\d+)` ", text, re.MULTILINE)}
 
 
+def test_codes_only_nginx_answers_are_not_listed_for_the_create():
+    assert ANSWERED_BY_NGINX & codes_the_schema_lists_for_the_create() == set()
+
+
 class Reach:
     """The fixtures a way of reaching a code may need."""
 
