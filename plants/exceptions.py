@@ -58,7 +58,8 @@ ERROR_CODE_DESCRIPTIONS = {
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: "The body is not sent as application/json.",
     ErrorCode.THROTTLED: "Too many requests with this token; retry after the Retry-After header's seconds.",
     ErrorCode.TOO_MANY_AUTHENTICATION_FAILURES: "Too many requests without a valid bearer token from this "
-    "client address; every request from it is refused until the Retry-After header's seconds have passed.",
+    "client address; they are refused until the Retry-After header's seconds have passed, while a valid token "
+    "from it is served.",
     ErrorCode.INTERNAL_ERROR: "An unexpected error in the service; it is logged, and nothing was stored.",
     ErrorCode.SERVICE_UNAVAILABLE: "The database or the rate-limit store cannot be reached; retry later.",
     ErrorCode.LENGTH_REQUIRED: "A body was sent without a Content-Length the server can use.",

@@ -20,13 +20,25 @@ class StrictIntegerField(serializers.IntegerField):
         return data
 
 
+# White space as Python's str.strip() knows it, spelled out for the published pattern (ECMA-262's \s
+# is another set).
+WHITE_SPACE = r"\t\n\u000b\f\r\u001c-\u001f \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+
+
 class StrictCharField(serializers.CharField):
     """A JSON string only, kept as sent (no trimming); never a number, list, object or null.
 
-    DRF's CharField also refuses NUL characters and lone surrogates.
+    DRF's CharField also refuses NUL characters and lone surrogates. The schema publishes these rules
+    as `pattern` and `rules` (plants/schema.py), and a field's own rules, each a Django RegexValidator
+    in its `validators`, as a pattern and the validator's message each.
     """
 
     default_error_messages = {"invalid": "Must be a JSON string."}
+    # No NUL, and one character that is not white space. Lone surrogates have no portable pattern
+    # (Rust's and Go's regular expressions cannot name them): `rules` says it, and a string of Unicode
+    # scalar values (I-JSON, RFC 7493) never has one.
+    pattern = rf"^[^\u0000]*[^\u0000{WHITE_SPACE}][^\u0000]*$"
+    rules = "Not only white space; no NUL characters or lone surrogates."
 
     def __init__(self, **kwargs):
         super().__init__(trim_whitespace=False, allow_blank=False, min_length=1, **kwargs)

@@ -187,3 +187,88 @@ def test_the_error_catalog_in_the_api_docs_is_the_code_s_own():
     documented = CATALOG_ROW.findall((ROOT / "docs" / "api.md").read_text())
 
     assert sorted(documented) == sorted((str(code.value), code.name, str(code.value // 100)) for code in ErrorCode)
+
+
+def catalog_rows() -> dict[str, str]:
+    """docs/api.md's catalog: each code's "When" cell, by code."""
+    rows = re.findall(
+        r"^\| (\d{5}) \| [A-Z_]+ \| \d{3} \| (.*) \|$", (ROOT / "docs" / "api.md").read_text(), re.MULTILINE
+    )
+    return dict(rows)
+
+
+def test_each_catalog_row_in_the_api_docs_says_when_in_the_catalog_s_own_words():
+    """The "When" cell opens with the code's description, as the schema publishes it; the page may add to it."""
+    from plants.exceptions import ERROR_CODE_DESCRIPTIONS
+
+    cells = catalog_rows()
+    differ = {
+        code.name: description
+        for code, description in ERROR_CODE_DESCRIPTIONS.items()
+        if not cells.get(str(code.value), "").startswith(description)
+    }
+
+    assert differ == {}, f"docs/api.md's catalog rows should open with plants/exceptions.py's words: {differ}"
+
+
+def fields_cell() -> str:
+    page = (ROOT / "docs" / "api.md").read_text()
+    return re.search(r"^\| Fields \| (.*) \|$", page, re.MULTILINE).group(1)
+
+
+def in_a_sentence(text: str) -> str:
+    """ "Must be one word." as the page may say it inside a sentence: "must be one word"."""
+    return text[0].lower() + text[1:].rstrip(".")
+
+
+def test_the_fields_row_of_the_api_docs_states_each_field_s_rules_as_the_serializer_does():
+    """Each NewPlant field, required or optional, its bounds, and every rule of its own with its message."""
+    from django.core.validators import RegexValidator
+
+    from plants.serializers import INT64_MAX, INT64_MIN, NewPlantSerializer, StrictCharField, StrictIntegerField
+
+    cell, fields = fields_cell(), NewPlantSerializer().fields
+    expected = []
+    for name, field in fields.items():
+        said = f"`{name}`: {'required' if field.required else 'optional'}, "
+        if isinstance(field, StrictCharField):
+            said += f"{field.min_length}–{field.max_length} characters"
+            own = [str(rule.message) for rule in field.validators if isinstance(rule, RegexValidator)]
+            expected += [in_a_sentence(rules) for rules in [field.rules, *own]]
+        elif isinstance(field, StrictIntegerField) and (field.min_value, field.max_value) == (INT64_MIN, INT64_MAX):
+            said += "a JSON integer in the int64 range"
+        expected.append(said)
+
+    assert re.findall(r"`(\w+)`: ", cell) == list(fields), "one sentence per field, in the serializer's order"
+    assert [text for text in expected if text not in cell] == []
+
+
+# A row's second column: a file, then what in it holds the rule; `;` starts another file.
+NAMED_IN_A_ROW = re.compile(r"`([^`]+)`")
+IDENTIFIER = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?")
+
+
+def defines(text: str, name: str) -> bool:
+    return bool(re.search(rf"^\s*(?:(?:async )?def|class) {name}\b|^\s*{name}\s*(?::[^=]*)?=", text, re.MULTILINE))
+
+
+def unresolved_places(row: str) -> list[str]:
+    unresolved, text = [], None
+    for named in NAMED_IN_A_ROW.findall(row):
+        if (ROOT / named).exists():
+            text = (ROOT / named).read_text() if (ROOT / named).is_file() else ""
+        elif "/" in named or re.search(r"\.(?:py|ya?ml|conf|md|txt|toml)$", named):
+            unresolved.append(f"{named} (no such file)")
+        elif IDENTIFIER.fullmatch(named) and not (text and all(defines(text, part) for part in named.split("."))):
+            unresolved.append(f"{named} (not defined in the file named before it)")
+    return unresolved
+
+
+def test_each_place_where_a_rule_lives_is_in_the_code():
+    """docs/development.md's "Where each rule lives": every file named exists and defines what the row names."""
+    page = (ROOT / "docs" / "development.md").read_text()
+    section = page[page.index("## Where each rule lives") :].split("\n## ", 1)[0]
+    rows = [line.split(" | ")[1] for line in section.splitlines() if line.startswith("| ") and " | `" in line]
+
+    assert len(rows) > 20, "the table was not found"
+    assert {row: unresolved_places(row) for row in rows if unresolved_places(row)} == {}

@@ -1,6 +1,10 @@
 """Every code in the catalog is reachable: one request (or one real fault) per code, and its answer."""
 
+import re
+from pathlib import Path
+
 import pytest
+import yaml
 from django.test import Client
 
 from plants.exceptions import ErrorCode
@@ -128,6 +132,17 @@ def test_codes_only_nginx_answers_are_each_reached_by_the_edge_tests():
     assert ANSWERED_BY_NGINX <= {code for _, _, code in EDGE_REFUSALS}
 
 
+def codes_the_schema_lists_for_the_create() -> set[int]:
+    """The codes each Error answer of POST /plants lists in the committed openapi.yaml."""
+    schema = yaml.safe_load((Path(__file__).resolve().parent.parent / "openapi.yaml").read_text())
+    descriptions = [answer["description"] for answer in schema["paths"]["/plants"]["post"]["responses"].values()]
+    return {int(code) for text in descriptions for code in re.findall(r"^- `(\d+)` ", text, re.MULTILINE)}
+
+
+def test_codes_only_nginx_answers_are_not_listed_for_the_create():
+    assert ANSWERED_BY_NGINX & codes_the_schema_lists_for_the_create() == set()
+
+
 class Reach:
     """The fixtures a way of reaching a code may need."""
 
@@ -161,3 +176,9 @@ def test_every_catalog_code_is_reached_with_its_status_and_an_error_body(
     assert body["error"] == code
     assert set(body) == ({"error", "message", "fields"} if code == ErrorCode.INVALID_FIELD else {"error", "message"})
     assert body["message"]
+    reached_by_the_create = (response.request["REQUEST_METHOD"], response.request["PATH_INFO"]) == ("POST", "/plants")
+    listed = code in codes_the_schema_lists_for_the_create()
+    assert listed == reached_by_the_create, (
+        f"{code.name} is reached by {response.request['REQUEST_METHOD']} {response.request['PATH_INFO']}: "
+        "plants/schema.py's NOT_ANSWERED_BY_CREATE should " + ("not list it" if reached_by_the_create else "list it")
+    )

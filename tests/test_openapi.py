@@ -11,6 +11,7 @@ from django.test import Client
 from openapi_spec_validator import validate
 
 from plants.exceptions import ErrorCode
+from plants.serializers import NewPlantSerializer, StrictCharField
 
 pytestmark = pytest.mark.django_db
 
@@ -96,23 +97,61 @@ def test_create_operation_documents_every_status_it_answers(schema):
         assert {"RateLimit-Policy", "RateLimit"} <= set(responses[status]["headers"]), status
 
 
-def test_name_pattern_is_exactly_the_rule_the_server_enforces(schema):
-    """A one-character name is valid by the published pattern iff the serializer accepts it: every
-    code point up to U+3100 (all of Unicode's white space lies below) and some beyond. Surrogates,
-    which no portable pattern can name, are refused and the description says so."""
-    from plants.serializers import NewPlantSerializer
+def published_patterns(field_schema: dict) -> list[re.Pattern]:
+    """A string field's patterns (its own and each of its allOf), as ECMA-262 reads them: `$` only at the end."""
+    patterns = [field_schema["pattern"], *(part["pattern"] for part in field_schema.get("allOf", []))]
+    return [re.compile(re.sub(r"\$$", r"\\Z", pattern)) for pattern in patterns]
 
-    pattern = re.compile(schema["components"]["schemas"]["NewPlant"]["properties"]["name"]["pattern"])
-    for code_point in [*range(0x3100), 0xFEFF, 0x1F33F, 0x10FFFF]:
-        character = chr(code_point)
-        accepted = NewPlantSerializer(data={"id": 1, "name": character}).is_valid()
-        assert bool(pattern.match(character)) == accepted, hex(code_point)
-    assert pattern.match(" Rose \u3000") and not pattern.match(" \t\u3000")
-    assert not NewPlantSerializer(data={"id": 1, "name": "Rose\ud800"}).is_valid()
-    assert (
-        "no NUL characters or lone surrogates"
-        in schema["components"]["schemas"]["NewPlant"]["properties"]["name"]["description"]
-    )
+
+# Strings of more than one character whose rules a one-character string cannot tell apart.
+LONGER_STRINGS = ["Rose", " Rose \u3000", "Monstera deliciosa", "a\tb", "a\n", "\na", "x\u0000y", "  ", " \t\u3000"]
+STRING_FIELDS = [name for name, field in NewPlantSerializer().fields.items() if isinstance(field, StrictCharField)]
+
+
+@pytest.mark.parametrize("name", STRING_FIELDS)
+def test_a_string_field_s_published_patterns_are_exactly_the_rules_the_server_enforces(schema, name):
+    """A string is valid by the field's published patterns iff the serializer accepts it: every one-character
+    string up to U+3100 (all of Unicode's white space lies below), some beyond, and longer ones. Surrogates,
+    which no portable pattern can name, are refused and the description says so."""
+    from rest_framework.exceptions import ValidationError
+
+    field = NewPlantSerializer().fields[name]
+    field_schema = schema["components"]["schemas"]["NewPlant"]["properties"][name]
+    patterns = published_patterns(field_schema)
+    for text in [*map(chr, [*range(0x3100), 0xFEFF, 0x1F33F, 0x10FFFF]), *LONGER_STRINGS]:
+        try:
+            field.run_validation(text)
+        except ValidationError:
+            accepted = False
+        else:
+            accepted = True
+        assert all(pattern.search(text) for pattern in patterns) == accepted, repr(text)
+    assert not NewPlantSerializer(data={"id": 1, "name": "Rose", name: "Rose\ud800"}).is_valid()
+    assert "no NUL characters or lone surrogates" in field_schema["description"]
+
+
+def test_a_field_s_own_rule_is_published_as_its_pattern_and_its_message():
+    """A Django RegexValidator on a string field, the way a rule of its own is written, reaches the schema."""
+    from django.core.validators import RegexValidator
+
+    from plants.schema import publish_string_rules
+    from plants.serializers import WHITE_SPACE
+
+    one_word = RegexValidator(rf"\A[^{WHITE_SPACE}]*\Z", "Must be one word.")
+    field = StrictCharField(max_length=10, validators=[one_word])
+    field_schema = {"type": "string", "description": "A tag"}
+
+    publish_string_rules(field_schema, field)
+
+    assert field_schema["pattern"] == StrictCharField.pattern
+    assert field_schema["allOf"] == [{"pattern": rf"^[^{WHITE_SPACE}]*$"}]
+    assert field_schema["description"] == f"A tag. {StrictCharField.rules} Must be one word."
+    accepted = {
+        text
+        for text in ["aroid", "two words", " ", "a\n"]
+        if all(p.search(text) for p in published_patterns(field_schema))
+    }
+    assert accepted == {"aroid"}
 
 
 def test_docs_page_renders_with_assets_served_by_the_service():
