@@ -75,8 +75,8 @@ newest-pins: ## rewrite requirements-newest.txt: requirements.txt's packages at 
 	scripts/newest-pins requirements.txt >requirements-newest.txt.new
 	mv requirements-newest.txt.new requirements-newest.txt
 
-system-packages: ## install the Debian packages the tests need, if missing (PostgreSQL, pgBackRest, pg_auto_failover, PgBouncer, Redis, nginx, HAProxy, Prometheus, Chromium, python3-venv, nftables)
-	scripts/debian-packages postgresql pgbackrest pgbouncer redis-server nginx haproxy prometheus chromium python3-venv nftables
+system-packages: ## install the Debian packages the tests need, if missing (PostgreSQL, pgBackRest, pg_auto_failover, PgBouncer, Redis, nginx, HAProxy, Prometheus with Alertmanager and the blackbox and PostgreSQL exporters, Chromium, python3-venv, nftables)
+	scripts/debian-packages postgresql pgbackrest pgbouncer redis-server nginx haproxy prometheus prometheus-alertmanager prometheus-blackbox-exporter prometheus-postgres-exporter chromium python3-venv nftables
 	scripts/debian-packages $(FAILOVER_PACKAGES)
 
 container-packages: ## podman, buildah, runc, podman-compose and debootstrap for tests/test_container.py and tests/test_systemd_host.py, with what podman's network backend needs for names: CNI's DNS plugin (podman 4), or netavark's (podman 5)

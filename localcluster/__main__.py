@@ -77,7 +77,7 @@ def report(cluster: Cluster, database: FailoverDatabase) -> None:
     print(
         f"""
   front (nginx)             {cluster.url}      <- clients connect here
-  load balancer (HAProxy)   {cluster.haproxy.url}
+  load balancer (HAProxy)   {cluster.haproxy.url}   its metrics: http://127.0.0.1:{cluster.haproxy.metrics_port}/metrics
   units (nginx, app server) {units}
   Redis (rate limits)       {cluster.redis.url}
   PostgreSQL (primary first, then its synchronous standby) {nodes}

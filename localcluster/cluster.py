@@ -126,6 +126,7 @@ class HAProxy:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.socket_path = work_dir / "haproxy.sock"
+        self.metrics_port = free_port()  # its /metrics (Prometheus' haproxy job)
         servers = "".join(
             f"    server {self.server_name(number)} {unit.url.removeprefix('http://')} check\n"
             for number, unit in enumerate(units)
@@ -140,6 +141,7 @@ class HAProxy:
             SERVERS=servers,
             ERRORS=str(ROOT / "deploy" / "haproxy-errors"),
             ADMIN_SOCKET=str(self.socket_path),
+            METRICS_PORT=str(self.metrics_port),
         )
         binary = shutil.which("haproxy") or "/usr/sbin/haproxy"
         self.server = ServerProcess(

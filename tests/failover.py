@@ -21,7 +21,7 @@ from localcluster.cluster import as_unprivileged_user
 from localcluster.database import ADDRESSES, PRIMARY_STATES, DataNode, FailoverDatabase
 from localcluster.processes import free_port
 from plants.timeouts import DEFAULT_DATABASE_TIMEOUT_S
-from tests.live import LIVE_SETTINGS, Load, live_cluster, manage_on
+from tests.live import LIVE_SETTINGS, PUBLIC_HOST, Load, live_cluster, manage_on
 
 # Measured here (docs/scaling.md, "Scaling out"): creates answer 200 again about 7 s after the primary's host
 # is lost (monitor: 2 s to declare it down, 3 s for it to demote, then the promotion; HAProxy: 2
@@ -64,7 +64,13 @@ def free_shared_memory_of_lost_hosts(formation: FailoverDatabase) -> None:
 
 @pytest.fixture(scope="module")
 def cluster(database, tmp_path_factory):
-    env = {**LIVE_SETTINGS, "PLANTS_THROTTLE_RATE": "100000/hour"}
+    # Prometheus names the address it scrapes in its Host (tests/test_alerts_live.py): the operator
+    # allows it beside the public name (docs/operating.md, Metrics).
+    env = {
+        **LIVE_SETTINGS,
+        "PLANTS_THROTTLE_RATE": "100000/hour",
+        "DJANGO_ALLOWED_HOSTS": f"{PUBLIC_HOST},127.0.0.1",
+    }
     manage_on(database.url, "migrate", "--no-input", "-v", "0")
     # Each unit reaches the database at an address of its own, as from a host of its own.
     urls = [database.url_via(address) for address in ADDRESSES]
