@@ -1,12 +1,14 @@
 """Bearer authentication: who gets in, and the 401 answer everyone else gets."""
 
 import json
+import re
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
-from plants.models import ApiToken, Plant
+from plants.authentication import TOKEN_SQL, token_for
+from plants.models import AUTHENTICATION_FIELDS, ApiToken, Plant
 from plants.services import token_issue, tokens_revoke
 from tests.live import request
 
@@ -130,6 +132,22 @@ def test_use_records_last_used_at_at_most_once_a_minute(api_client, issued_token
     post(api_client, f"Bearer {secret}", body='{"id": 3, "name": "Iris"}')
 
     assert ApiToken.objects.get(pk=api_token.pk).last_used_at > first_use
+
+
+def test_the_token_s_raw_read_is_the_query_the_orm_compiles_and_loads_the_same_token(issued_token):
+    token, secret = issued_token
+    # As get() sends it, less its LIMIT: get() drops the model's ordering.
+    orm = ApiToken.objects.only(*AUTHENTICATION_FIELDS).filter(digest=token.digest).order_by()
+    sql, _ = orm.query.sql_with_params()
+    table = ApiToken._meta.db_table
+
+    read = token_for(secret)
+
+    assert re.sub(r'["`]', "", sql).replace(f"{table}.", "") == TOKEN_SQL
+    assert (read.pk, read.get_deferred_fields()) == (orm.get().pk, orm.get().get_deferred_fields())
+    assert [getattr(read, name) for name in AUTHENTICATION_FIELDS] == [
+        getattr(orm.get(), name) for name in AUTHENTICATION_FIELDS
+    ]
 
 
 def test_only_a_digest_of_the_token_is_stored(issued_token):

@@ -137,7 +137,7 @@ def test_authenticated_create_reads_the_token_counts_it_and_inserts_in_three_sta
     statements = [
         [
             ("SELECT" if verb == "FROM" else "INSERT", table)
-            for verb, table in re.findall(r'(FROM|INSERT INTO) "(plants_\w+)"', query["sql"])
+            for verb, table in re.findall(r'(FROM|INSERT INTO) "?(plants_\w+)', query["sql"])
         ]
         for query in context.captured_queries
     ]
