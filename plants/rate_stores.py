@@ -10,8 +10,9 @@ store: each request is one atomic increment in the store, never a count kept in 
   count is part of the statement that reads the token (plants/authentication.py: token_for), and the
   table is UNLOGGED: no flush per count, and a crash or a failover starts the counts afresh
   (docs/decisions/rate-limit-store.md).
-A store that cannot count raises StoreError (Redis) or the database's own error, and the request is
-answered 503: the limit fails closed, never open.
+A store that cannot count raises StoreError (Redis) or the database's own error. The database is the
+request's own: the request is answered 503. Redis is another service: PLANTS_RATE_LIMIT_FAILURE_MODE
+says what then, `open` (the default: served uncounted) or `closed` (503).
 """
 
 import functools
