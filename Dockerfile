@@ -1,5 +1,6 @@
-# The production unit in an OCI image: nginx in front of Granian, as `make serve` and the systemd
-# unit run it (deploy/serve.py), as an unprivileged user. Podman and Docker both find this file.
+# The production unit in an OCI image: nginx in front of Granian, run by deploy/serve.py as `make
+# serve` runs it (the systemd install runs the same config and command as units of its own), as an
+# unprivileged user. Podman and Docker both find this file.
 # How to build and run it: docs/deploying.md#with-containers. What it holds: the venv and the app
 # (.dockerignore leaves out the rest of the checkout), no compilers, no pip cache, no secret.
 ARG BASE=docker.io/library/debian:bookworm-slim

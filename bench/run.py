@@ -117,7 +117,8 @@ ENV = {
     # Throttling stays on, at a rate the load never reaches, so its cost is measured: in the
     # default store, the database (plants/rate_stores.py).
     "PLANTS_THROTTLE_RATE": "100000000/second",
-    # What production runs (.env.example: a direct connection to PostgreSQL, its statements prepared).
+    # A direct connection to PostgreSQL, its statements prepared (.env.example leaves them off, for a
+    # pooler an operator may put in front later): on for every Django target alike, below.
     "DJANGO_DB_PREPARED_STATEMENTS": "1",
     "APP_PROCESSES": APP_SETTINGS["APP_PROCESSES"],
     "APP_THREADS": APP_SETTINGS["APP_THREADS"],

@@ -128,21 +128,32 @@ def check_nginx_conf(run_dir: Path, conf: Path, name: str) -> None:
         raise RuntimeError(f"{name}: nginx refuses the new config: {check.stderr.strip()}")
 
 
-def wait_for_new_nginx_workers(master: int, old_workers: set[int], name: str, process=None) -> None:
-    """Wait until nginx's master (pid `master`; its Popen `process`, if this process started it) has
-    started a worker that is not one of `old_workers`: it does only once it has read the new config
-    whole; till then its old workers serve the old one."""
-
-    def switched() -> bool:
-        return bool(set(children(master)) - old_workers)
-
+def switch_nginx(run_dir: Path, next_conf: Path, master: int, name: str, process=None) -> set[int]:
+    """nginx's one switch, for every path that switches it (Unit.reload, deploy/edge.py's reload): `next_conf`
+    checked (nginx -t), made run_dir's nginx.conf, nginx's master (pid `master`; its Popen `process`, if
+    this process started it) signalled (SIGHUP), and its new workers waited for: it starts them only once
+    it has read the new config whole. Refused, or not seen within NGINX_SWITCH_S: the running config is
+    put back (nginx told again if it was told) and RuntimeError says why. Returns nginx's old workers."""
+    conf, switched = run_dir / "nginx.conf", lambda: bool(set(children(master)) - old_workers)
+    running, old_workers = conf.read_text(), set(children(master))
     try:
-        wait_until(switched, process, NGINX_SWITCH_S, f"{name}: nginx's new workers")
-    except RuntimeError:
-        raise RuntimeError(
-            f"{name}: nginx did not take the new config within {NGINX_SWITCH_S} s (its error log "
-            "says why); its workers serve the running version"
-        ) from None
+        check_nginx_conf(run_dir, next_conf, name)
+        os.replace(next_conf, conf)
+        os.kill(master, signal.SIGHUP)
+        try:
+            wait_until(switched, process, NGINX_SWITCH_S, f"{name}: nginx's new workers")
+        except RuntimeError:
+            raise RuntimeError(
+                f"{name}: nginx did not take the new config within {NGINX_SWITCH_S} s (its error log says why);"
+                " its workers serve the running version"
+            ) from None
+    except BaseException:
+        next_conf.unlink(missing_ok=True)
+        if conf.read_text() != running:  # nginx may yet read it: the running version's, again
+            conf.write_text(running)
+            os.kill(master, signal.SIGHUP)
+        raise
+    return old_workers
 
 
 class Unit:
@@ -239,8 +250,6 @@ class Unit:
         closes the idle connections nginx keeps to it, on which nginx may have just sent a POST that
         it will not send again (docs/decisions/supervisor.md)."""
         old_app, old_socket = self.app, self.socket_path
-        conf = self.run_dir / "nginx.conf"
-        serving_conf = conf.read_text()
         serving_settings = self.settings()
         self.generation += 1
         new_app = None
@@ -255,19 +264,14 @@ class Unit:
             if livez != 200:
                 raise RuntimeError(f"{self.name}: the new app server answered /livez with {livez}")
             next_conf = self.nginx_conf("next.conf")
-            check_nginx_conf(self.run_dir, next_conf, self.name)
-            old_nginx_workers = set(children(self.nginx.process.pid))
-            os.replace(next_conf, conf)
-            self.nginx.process.send_signal(signal.SIGHUP)
-            wait_for_new_nginx_workers(self.nginx.process.pid, old_nginx_workers, self.name, self.nginx.process)
+            old_nginx_workers = switch_nginx(
+                self.run_dir, next_conf, self.nginx.process.pid, self.name, self.nginx.process
+            )
         except BaseException:
             if new_app:
                 new_app.kill()
             self.socket_path.unlink(missing_ok=True)
             (self.run_dir / "next.conf").unlink(missing_ok=True)
-            if conf.read_text() != serving_conf:  # nginx may yet read it: the running version's, again
-                conf.write_text(serving_conf)
-                self.nginx.process.send_signal(signal.SIGHUP)
             self.env, self.app_env, self.app_command, self.probe_host = serving_settings
             self.generation -= 1
             raise

@@ -11,8 +11,9 @@ INSUFFICIENT_PRIVILEGE = "42501"
 
 
 def ensure_database_lock_timeout(*, using: str, **kwargs) -> None:
-    """post_migrate's receiver: on PostgreSQL, the database's default lock_timeout made the bound's
-    (plants/timeouts.py: lock_timeout_ms), unless it already is.
+    """pre_migrate's receiver (migrate's alone, before any migration applies): on PostgreSQL, the
+    database's default lock_timeout made the bound's (plants/timeouts.py: lock_timeout_ms), unless it
+    already is.
 
     A database default reaches every session PostgreSQL starts on it, the server connections a
     pooler opens included, and costs nothing per request or connection. A startup parameter
@@ -41,8 +42,8 @@ def ensure_database_lock_timeout(*, using: str, **kwargs) -> None:
         except DatabaseError as error:
             if getattr(error.__cause__, "sqlstate", None) != INSUFFICIENT_PRIVILEGE:
                 raise
-            # The migrations are applied; the bound is not. One line (manage.py prints a
-            # CommandError so, and exits 1), naming the statement that makes it hold.
+            # No migration applied, the bound not set. One line (manage.py prints a CommandError
+            # so, and exits 1), naming the statement that makes it hold.
             raise CommandError(
                 f"The database's lock_timeout must be {milliseconds} ms (PLANTS_DATABASE_TIMEOUT_S less 1 s), "
                 f"and this role cannot set it ({error.__cause__}): as the database's owner, run "

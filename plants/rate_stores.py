@@ -9,9 +9,9 @@ store: each request is one atomic increment in the store, never a count kept in 
   window to window, so the table holds no more rows than there are tokens. On PostgreSQL the table
   is UNLOGGED: no flush per count, and a crash or a failover starts the counts afresh
   (docs/decisions/rate-limit-store.md).
-A store that cannot count raises StoreError (Redis) or the database's own error; what the request
-gets then is PLANTS_RATE_LIMIT_FAILURE_MODE's to say (plants/throttling.py: window_count): served
-uncounted (open, the default) or 503 (closed).
+A store that cannot count raises StoreError (Redis) or the database's own error. The database is the
+request's own: the request is answered 503. Redis is another service: PLANTS_RATE_LIMIT_FAILURE_MODE
+says what then, `open` (the default: served uncounted) or `closed` (503).
 """
 
 import functools

@@ -19,7 +19,7 @@ RATE = 1_000_000
 # How the docs' management commands run on the host (docs/operating.md, Tokens).
 MANAGE = "cd /opt/plantstore && deploy/plantstore-manage"
 RELEASE = "/opt/plantstore/deploy/plantstore-release"
-SLOT_FILE = "/etc/plantstore/slot.env"
+EDGE_FILE = "/etc/plantstore/edge.env"  # what nginx is given, the serving slot among it
 # The TLS proxy in front of the unit on the host itself, for the docs' requests to the public name
 # (https://plants.example.com, looked up in the host's /etc/hosts): Debian's nginx, run by a transient
 # unit, its certificate self-signed and added to the host's authorities (a copy of the bundle with it,
@@ -99,8 +99,8 @@ class Deployed:
         return self.host.run(RELEASE, check=check, timeout=240)
 
     def slot(self) -> str:
-        """The serving slot, as the slot file names it: a or b."""
-        return self.host.run(f"cat {SLOT_FILE}").stdout.strip().removeprefix("PLANTS_APP_SLOT=")
+        """The serving slot, as nginx's file names it: a or b."""
+        return self.host.run(f"sed -n 's/^PLANTS_APP_SLOT=//p' {EDGE_FILE}").stdout.strip()
 
     def issue(self, name: str) -> str:
         return self.host.run(f"{MANAGE} token issue {name}").stdout.strip()
@@ -125,6 +125,10 @@ class Deployed:
         """The service user's processes: {pid: (parent pid, command line)}."""
         listed = self.host.run("ps -u plantstore -o pid=,ppid=,args= || true").stdout.splitlines()
         return {int(pid): (int(ppid), args) for pid, ppid, args in (line.split(None, 2) for line in listed)}
+
+    def serving(self) -> tuple[str, set[int]]:
+        """The serving slot and its app workers."""
+        return self.slot(), self.app_workers()
 
     def app_main(self) -> int:
         """The serving slot's Granian (its main process)."""

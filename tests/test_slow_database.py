@@ -173,7 +173,7 @@ def test_slow_database_answers_four_clients_creates_200_each_later_by_its_round_
     assert [(status, json.loads(text)) for status, text, _ in at_once] == [(200, created(n)) for n in ids]
     # Each create's round trips, and a connection's setup for each connection a thread opened; and one
     # more for a statement the first time a connection prepares it (psycopg, past its 5th use there:
-    # .env.example's DJANGO_DB_PREPARED_STATEMENTS), at most once per statement and connection.
+    # when DJANGO_DB_PREPARED_STATEMENTS is on), at most once per statement and connection.
     unprepared = CREATE_ROUND_TRIPS * len(ids) + slow.setup * opened
     assert unprepared <= made <= unprepared + CREATE_ROUND_TRIPS * opened and 1 <= opened <= 8
     # Each took what a create on a kept connection takes, or one that connects or prepares (a round trip
