@@ -129,6 +129,14 @@ ENV = {
 }
 
 
+def peer_settings(name: str) -> dict[str, str]:
+    """A peer's settings: the service's Granian settings and database; a Django peer's also the service's Django
+    settings, its statements prepared as the service's (ENV), whatever .env.example has."""
+    names = ("DATABASE_URL", "APP_PROCESSES", "APP_THREADS")
+    django = ("DJANGO_SECRET_KEY", "DJANGO_ALLOWED_HOSTS", "DJANGO_DB_PREPARED_STATEMENTS")
+    return {key: ENV[key] for key in names + (() if name == "fastapi" else django)}
+
+
 def durability(url: str | None = None) -> dict[str, str]:
     """PostgreSQL's own word (SHOW) on each durability setting, from the server at `url` (the bench's)."""
     with psycopg.connect(url or os.environ["DATABASE_URL"], autocommit=True, connect_timeout=5) as connection:
@@ -208,13 +216,9 @@ def main() -> None:
     try:
         servers["service"] = unit("service", LOG_DIR, **ENV).start()
         print(f"the service's log: {servers['service'].log_path}", flush=True)
-        # The service's Granian settings on every target; a Django peer's database settings as the service's.
-        granian = {name: ENV[name] for name in ("DATABASE_URL", "APP_PROCESSES", "APP_THREADS")}
-        django = {k: ENV[k] for k in ("DJANGO_SECRET_KEY", "DJANGO_ALLOWED_HOSTS", "DJANGO_DB_PREPARED_STATEMENTS")}
         for name in ("fastapi", "drf", "ninja"):
             for equal_work in (False, True):
-                settings = granian if name == "fastapi" else granian | django
-                target = peer(name, LOG_DIR, equal_work, **settings)
+                target = peer(name, LOG_DIR, equal_work, **peer_settings(name))
                 servers[target.name] = target.start()
         rounds = run_rounds(servers, token, postmaster)
         capacity = {name: statistics.median(f["rps"] for f in figures) for name, figures in rounds.items()}

@@ -207,3 +207,11 @@ def test_bench_code_stays_within_2200_lines_of_python_and_javascript():
     files = [path for pattern in ("*.py", "*.js") for path in bench.rglob(pattern)]
 
     assert sum(len(path.read_text().splitlines()) for path in files) <= 2200
+
+
+def test_every_django_target_prepares_its_statements_whatever_the_env_example_has():
+    from bench.run import ENV, peer_settings
+
+    assert ENV["DJANGO_DB_PREPARED_STATEMENTS"] == "1"  # the service and the bare view
+    assert [peer_settings(name)["DJANGO_DB_PREPARED_STATEMENTS"] for name in ("drf", "ninja")] == ["1", "1"]
+    assert set(peer_settings("fastapi")) == {"DATABASE_URL", "APP_PROCESSES", "APP_THREADS"}  # asyncpg prepares its own

@@ -10,8 +10,7 @@ import time
 REQUEST_LOGGER = "bench.peers.requests"
 # A client's request id is echoed only if it is short and plain (the service's rule).
 SAFE_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-# The count's limit, never reached (the bench measures the count, not a refusal), in a day's window
-# (DRF's "1000000000/day"), so a bench run's requests add up in one row.
+# The count's limit, never reached (the count is measured, not a refusal), in a day's window: one row a run.
 LIMIT, WINDOW_S = 1_000_000_000, 86_400
 # One atomic upsert per request (the service's, plants/rate_stores.py, as an app would first write it) in its
 # UNLOGGED table, each peer on keys of its own (`drf:<token id>`): the bench checks each counted all it answered.

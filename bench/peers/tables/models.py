@@ -52,8 +52,7 @@ class ApiToken(models.Model):
         managed = False
         db_table = "plants_apitoken"
 
-    # The token is the request's user: DRF's IsAuthenticated asks it this.
-    is_authenticated = True
+    is_authenticated = True  # the token is the request's user: DRF's IsAuthenticated asks it this
 
     def __str__(self) -> str:
         return self.name
