@@ -210,7 +210,7 @@ def prepare(command: str) -> str:
 def main() -> None:
     durable = require_durable("at the start")
     token = prepare("bench")
-    started = datetime.now(UTC)
+    started, code = datetime.now(UTC), runs.code_version()  # the code as it starts, whatever is committed meanwhile
     postmaster = parent(int(psql("SELECT pg_backend_pid()")))
     servers = {}
     try:
@@ -232,7 +232,7 @@ def main() -> None:
     run = {
         "when": f"{started:%Y-%m-%dT%H:%MZ}", "seed": SEED,
         "minutes": round((datetime.now(UTC) - started).total_seconds() / 60, 1),
-        "code": runs.code_version(), "machine": machine(),
+        "code": code, "machine": machine(),
         "database": {"at the start": durable, "at the end": require_durable("at the end")},
         "method": {
             "full": FULL, "rounds": ROUNDS, "seconds": SECONDS, "connections": CONNECTIONS, "wrk_threads": WRK_THREADS,
