@@ -67,16 +67,15 @@ def main() -> None:
     finally:
         database.stop()
     settings = ", ".join(f"{name}={value}" for name, value in durable.items())
-    print(
-        f"wrk -t2 -c{CONNECTIONS} -d{SECONDS}s, median of {ROUNDS} rounds; {os.cpu_count()} cores; every PostgreSQL {settings}"
-    )  # noqa: T201
-    print("| database | app servers | creates/s | p50 | p99 | non-2xx or socket errors |")  # noqa: T201
-    print("|---|---|---|---|---|---|")  # noqa: T201
-    for (tier, servers), result in results.items():
-        print(  # noqa: T201
-            f"| {tier} | {servers} | {result['creates/s']:.0f} | {result['p50 ms']:.1f} ms "
-            f"| {result['p99 ms']:.1f} ms | {result['errors']} |"
-        )
+    lines = [
+        f"wrk -t2 -c{CONNECTIONS} -d{SECONDS}s, median of {ROUNDS} rounds; {os.cpu_count()} cores; every PostgreSQL {settings}",
+        "| database | app servers | creates/s | p50 | p99 | non-2xx or socket errors |\n|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {tier} | {servers} | {r['creates/s']:.0f} | {r['p50 ms']:.1f} ms | {r['p99 ms']:.1f} ms | {r['errors']} |"
+        for (tier, servers), r in results.items()
+    ]
+    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -1,14 +1,11 @@
 """`make bench`'s ceiling of one client: its count, a statement on one row, beside the INSERT of a create.
 
-Each create of a token counts on that token's one row (plants/rate_stores.py), so the rate at which
-PostgreSQL can run the count on one row caps a single client, however many servers serve it. This
-runs, with pgbench (16 clients, as `make bench`'s load), on the server scripts/with-postgres started
-(PG_DURABLE=1: every commit flushed, as production runs it):
-- the service's own count statement (plants.rate_stores.upsert_sql) on one row of its table, which
-  migrations make UNLOGGED, and the same on a logged copy of the table (what it was before);
-- the service's INSERT of a new plant, a new id each time;
-and, with redis-server started here as `make cluster` runs it, Redis' INCR on one key from 16 clients.
-Prints the figures and writes its section of BENCHMARKS.md.
+Each create of a token counts on that token's one row (plants/rate_stores.py), so the rate at which PostgreSQL
+can run the count on one row caps a single client, however many servers serve it. This runs with pgbench (16
+clients, as `make bench`'s load) on the server scripts/with-postgres started (PG_DURABLE=1): the service's count
+(plants.rate_stores.upsert_sql) on one row of its UNLOGGED table and of a logged copy (what it was before), the
+service's INSERT of a new plant; and Redis' INCR on one key (redis-server as `make cluster` runs it). Prints the
+figures and writes its section of BENCHMARKS.md.
 """
 
 import os
@@ -23,8 +20,8 @@ import django
 import psycopg
 from django.core.management import call_command
 
-from bench.report import write_section
 from bench.run import ENV
+from bench.runs import write_section
 from localcluster.cluster import Redis
 
 CLIENTS = 16

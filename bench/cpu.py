@@ -26,5 +26,11 @@ def cpu_seconds(roots: list[int]) -> float:
     return total / TICKS
 
 
+def status_kib(pid: int, field: str) -> int:
+    """A process's `field` of /proc/<pid>/status in KiB: VmRSS, its resident memory, or VmHWM, its peak."""
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return int(next(line for line in lines if line.startswith(field)).split()[1])
+
+
 def parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])

@@ -1,13 +1,8 @@
-// k6 script of make bench's latency at a fixed offered load (bench/open_loop.py): POST /plants (or the
-// bare view) at a constant arrival rate, whatever the answers do. k6's constant-arrival-rate executor
-// starts each request at its scheduled time on a free virtual user, so a slow answer never delays the
-// next request (no coordinated omission); when no user is free, the request is dropped and counted
-// (dropped_iterations), which the bench reports as saturation.
-//
-// Environment (k6's -e): BENCH_URL (the target's URL), BENCH_TOKEN (the bearer token), BENCH_HOST (the
-// public host name, sent as Host), BENCH_ID_BASE (this point's ids start above it), BENCH_RATE
-// (requests per second), BENCH_SECONDS (how long), BENCH_VUS (the virtual users, all allocated before
-// the start), BENCH_SUMMARY (where the summary's JSON goes).
+// k6 script of make bench's latency at a fixed offered load (bench/open_loop.py): POST /plants (or the bare
+// view) at a constant arrival rate, whatever the answers do: each request starts at its scheduled time on a
+// free virtual user (no coordinated omission), or is dropped and counted (dropped_iterations: saturation).
+// Environment (k6's -e): BENCH_URL, BENCH_TOKEN, BENCH_HOST (sent as Host), BENCH_ID_BASE (ids start above
+// it), BENCH_RATE (per second), BENCH_SECONDS, BENCH_VUS (all allocated before the start), BENCH_SUMMARY.
 import http from "k6/http";
 import exec from "k6/execution";
 import { Counter } from "k6/metrics";
@@ -20,10 +15,8 @@ const params = {
     "Content-Type": "application/json",
     Host: __ENV.BENCH_HOST,
   },
-  // Only the status is read: no time spent keeping bodies.
-  responseType: "none",
-  // The unit's own limit (nginx answers 504 after 30 s): never cut short here.
-  timeout: "60s",
+  responseType: "none", // only the status is read
+  timeout: "60s", // the unit's own limit (nginx answers 503 after 30 s): never cut short here
 };
 
 // Requests answered before the offered window ended: the rate achieved is these over BENCH_SECONDS.

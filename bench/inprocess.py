@@ -1,10 +1,10 @@
 """`make bench-inprocess`: the Python CPU of one `POST /plants`, in process, A/B against a commit.
 
-Run under scripts/with-postgres. Each run is a fresh process that calls bench.wsgi's `application`
-(production settings and middleware) directly: no HTTP server, so what is measured is Django, DRF and
-the service, throttling and metrics on, the request log to a file. It reports `time.process_time()`
-per create over BENCH_REQUESTS creates after a warm-up. BASELINE=<commit> alternates runs of that
-commit's tree (this file copied in) with runs of the working tree: the A/B of a change.
+Run under scripts/with-postgres. Each run is a fresh process that calls production's WSGI `application`
+(plantstore_site/wsgi.py, on bench.settings) directly: no HTTP server, so what is measured is Django, DRF and the
+service, throttling and metrics on, the request log to a file: `time.process_time()` per create over
+BENCH_REQUESTS creates after a warm-up. BASELINE=<commit> alternates runs of that commit's tree (this file
+copied in) with runs of the working tree: the A/B of a change.
 """
 
 import json
@@ -54,7 +54,7 @@ def child(token: str, id_base: int) -> None:
     """One run: the request log to a file (stderr, as the app server's workers write it), then the timing."""
     log = open(os.environ["BENCH_LOG"], "a")  # noqa: SIM115 (kept open for the process)
     os.dup2(log.fileno(), 2)
-    from bench.wsgi import application
+    from plantstore_site.wsgi import application
 
     statuses = []
 
@@ -80,14 +80,9 @@ def child(token: str, id_base: int) -> None:
 
 
 def run(tree: Path, token: str, id_base: int, folder: Path) -> float:
-    output = subprocess.run(
-        [sys.executable, "-m", "bench.inprocess", "--child", token, str(id_base)],
-        cwd=tree,
-        env=child_environment(tree, id_base, folder),
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    command = [sys.executable, "-m", "bench.inprocess", "--child", token, str(id_base)]
+    environment = child_environment(tree, id_base, folder)
+    output = subprocess.run(command, cwd=tree, env=environment, check=True, capture_output=True, text=True).stdout
     # The last line of its own: with OTEL_TRACES_EXPORTER=otlp_json_file, spans share the output.
     return json.loads([line for line in output.splitlines() if '"us_per_request"' in line][-1])["us_per_request"]
 
@@ -115,20 +110,10 @@ def baseline_tree(commit: str, folder: Path, name: str) -> Path:
 
 
 def main() -> None:
-    if "DATABASE_URL" not in os.environ:
-        raise SystemExit("bench.inprocess: run under scripts/with-postgres (make bench-inprocess)")
+    from bench.run import prepare  # this tree's: a baseline's tree runs the child alone
+
     os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
-    manage = [sys.executable, "manage.py"]
-    environment = {**os.environ, **ENV}
-    subprocess.run([*manage, "migrate", "--no-input"], cwd=ROOT, env=environment, check=True, capture_output=True)
-    token = subprocess.run(
-        [*manage, "token", "issue", f"inprocess-{secrets.token_hex(4)}"],
-        cwd=ROOT,
-        env=environment,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    token = prepare("bench-inprocess")
     baseline = os.environ.get("BASELINE", "")
     with tempfile.TemporaryDirectory(prefix="plantstore-inprocess.") as name:
         folder = Path(name)

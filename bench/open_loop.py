@@ -1,9 +1,8 @@
 """Latency at a fixed offered load, open loop: k6's constant-arrival-rate executor (bench/create.js).
 
-The arrival rate holds whatever the answers do: each request starts at its scheduled time on a free
-virtual user, or is dropped and counted when none is free. A point is saturated when the rate answered
-within the offered window falls short of the offered one, or any request was dropped: its latency then
-says how the queue grew, not what a client waits at that rate.
+The arrival rate holds whatever the answers do: each request starts at its scheduled time on a free virtual user,
+or is dropped and counted when none is free. A point is saturated when the rate answered within the offered
+window falls short of the offered one, or any request was dropped: its latency then says how the queue grew.
 """
 
 import json
@@ -29,16 +28,18 @@ ACHIEVED_SHARE = 0.98
 # requests meanwhile): one second's worth of arrivals. A request is dropped only when every one of
 # them waits on an answer, that is (Little's law) when requests wait a second on average.
 IN_FLIGHT_S = 1.0
+PERCENTILES = {
+    "p50_ms": "med",
+    "p90_ms": "p(90)",
+    "p99_ms": "p(99)",
+    "p999_ms": "p(99.9)",
+    "max_ms": "max",
+}  # k6's names
 
 
-def point_seconds(rate: float) -> int:
-    """How long a point at `rate` runs: MIN_REQUESTS requests, MIN_SECONDS at least."""
-    return max(MIN_SECONDS, math.ceil(MIN_REQUESTS / rate))
-
-
-def clean_env(**values: str) -> dict:
-    """A program's environment of `values` alone (no K6_* option of the caller's shell reaches k6)."""
-    return {**CLEAN_ENV, **values}
+def point_seconds(rate: float, requests: int = MIN_REQUESTS) -> int:
+    """How long a point at `rate` runs: `requests` requests, MIN_SECONDS at least."""
+    return max(MIN_SECONDS, math.ceil(requests / rate))
 
 
 def k6(url: str, token: str, host: str, id_base: int, rate: float, seconds: int | None = None) -> dict:
@@ -62,7 +63,7 @@ def k6(url: str, token: str, host: str, id_base: int, rate: float, seconds: int 
         command += [part for name, value in options.items() for part in ("-e", f"{name}={value}")]
         done = subprocess.run(
             [*command, str(ROOT / "bench" / "create.js")],
-            env=clean_env(HOME=work_dir),  # k6 keeps nothing of a run outside its folder
+            env={**CLEAN_ENV, "HOME": work_dir},  # no K6_* option of the caller's shell; nothing kept outside it
             cwd=work_dir,
             capture_output=True,
             text=True,
@@ -93,9 +94,4 @@ def figures(summary: dict, rate: int, seconds: int) -> dict:
         "failed": failed,
         "dropped": dropped,
         "saturated": dropped > 0 or achieved < ACHIEVED_SHARE * rate,
-        "p50_ms": latency["med"],
-        "p90_ms": latency["p(90)"],
-        "p99_ms": latency["p(99)"],
-        "p999_ms": latency["p(99.9)"],
-        "max_ms": latency["max"],
-    }
+    } | {key: latency[name] for key, name in PERCENTILES.items()}

@@ -5,7 +5,6 @@ reads the workers' CPU per request from /proc (unprofiled), then samples them wi
 and charges each sample to the deepest frame naming a part; a third run writes bench/flamegraph.svg.
 """
 
-import json
 import os
 import re
 import subprocess
@@ -15,12 +14,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench.run import BENCH_HOST, ENV, ID_BLOCK, LOG_DIR, WRK_THREADS, cpu_seconds, manage
-from bench.servers import service
+from bench.run import ENV, ID_BLOCK, LOG_DIR, cpu_seconds, prepare, wrk_figures
+from bench.run import wrk_load as load
+from bench.servers import unit
 from deploy.processes import ROOT
 
 SECONDS = int(os.environ.get("PROFILE_SECONDS", 15))
-CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", 16))
 PY_SPY = Path(sys.executable).parent / "py-spy"
 FLAMEGRAPH = ROOT / "bench" / "flamegraph.svg"
 
@@ -64,16 +63,6 @@ def part_of(stack: list[str]) -> str:
     return OTHER
 
 
-def load(url: str, token: str, id_base: int, seconds: int) -> subprocess.Popen:
-    command = ["wrk", f"-t{WRK_THREADS}", f"-c{CONNECTIONS}", f"-d{seconds}s", "-s", "bench/create.lua", url]
-    environment = {**os.environ, "BENCH_TOKEN": token, "BENCH_ID_BASE": str(id_base), "BENCH_HOST": BENCH_HOST}
-    return subprocess.Popen(command, cwd=ROOT, env=environment, stdout=subprocess.PIPE, text=True)
-
-
-def requests_of(wrk: subprocess.Popen) -> int:
-    return json.loads(wrk.communicate()[0].strip().splitlines()[-1])["requests"]
-
-
 def py_spy(pid: int, output: Path, form: str, seconds: int) -> None:
     command = [str(PY_SPY), "record", "-p", str(pid), "--subprocesses", "--gil", "--nonblocking"]
     command += ["--rate", "250", "--duration", str(seconds), "--format", form, "--output", str(output)]
@@ -81,22 +70,21 @@ def py_spy(pid: int, output: Path, form: str, seconds: int) -> None:
 
 
 def main() -> None:
-    manage("migrate", "--no-input", env=ENV)
-    token = manage("token", "issue", "profile", env=ENV).strip()
-    server = service(LOG_DIR, **ENV).start()
+    token = prepare("profile")
+    server = unit("profile", LOG_DIR, **ENV).start()
     url = f"{server.url}/plants"
     try:
-        requests_of(load(url, token, ID_BLOCK, 3))  # warm-up
+        wrk_figures(load(url, token, ID_BLOCK, 3))  # warm-up
         workers = server.worker_pids()
         before = cpu_seconds(workers)
-        requests = requests_of(load(url, token, 2 * ID_BLOCK, SECONDS))
+        requests = wrk_figures(load(url, token, 2 * ID_BLOCK, SECONDS))["requests"]
         cpu_per_request_us = (cpu_seconds(workers) - before) / requests * 1e6
         with tempfile.TemporaryDirectory() as folder:
             raw = Path(folder) / "profile.txt"
             wrk = load(url, token, 3 * ID_BLOCK, SECONDS + 2)
             time.sleep(1)
             py_spy(server.app.process.pid, raw, "raw", SECONDS)
-            requests_of(wrk)
+            wrk_figures(wrk)
             samples = Counter()
             for line in raw.read_text().splitlines():
                 stack, _, count = line.rpartition(" ")
@@ -106,7 +94,7 @@ def main() -> None:
         wrk = load(url, token, 4 * ID_BLOCK, SECONDS + 2)
         time.sleep(1)
         py_spy(server.app.process.pid, FLAMEGRAPH, "flamegraph", SECONDS)
-        requests_of(wrk)
+        wrk_figures(wrk)
     finally:
         server.stop()
     total = sum(samples.values())

@@ -1,21 +1,21 @@
-"""`make bench`: the service, a bare Django view and three peers side by side, each on its production
-path (a unit of deploy/unit.py; the FastAPI peer under uvicorn behind the same nginx); each peer twice,
-as written and doing the service's work besides (its equal-work variant: counting each request per
-token in the database, one JSON log line per request). Run under scripts/with-postgres, PostgreSQL
-durable (checked, or no run).
+"""`make bench`: the service, a bare Django view and three peers side by side, each on its production path (a
+unit of deploy/unit.py, every Python target on Granian behind the same nginx); each peer twice, as written and
+doing the service's work besides (its equal-work variant: counting each request per token in the database, one
+JSON log line per request). Run under scripts/with-postgres, PostgreSQL durable (checked, or no run).
 
-Throughput: wrk's closed loop in rotating rounds, each target's CPU per create counted with every
-process a create uses (nginx, the app server, and PostgreSQL's postmaster and all its processes).
-Latency: k6's open loop (bench/open_loop.py) at shares of each target's own throughput and at one
-common rate for all. Keeps the raw figures (bench/runs.py), plots them (bench/plot.py), prints the
-report and writes BENCHMARKS.md's section; a run shorter than the method's (a smoke run) writes
-elsewhere and leaves BENCHMARKS.md alone.
+Throughput: wrk's closed loop in rotating rounds, each target's CPU per create counted with every process a create
+uses (nginx, the app server, PostgreSQL's postmaster and all its processes). Latency: k6's open loop
+(bench/open_loop.py) at shares of each target's own throughput, then at one common rate for all, a longer point;
+the targets' order shuffled from a printed seed (BENCH_SEED replays it). Keeps the raw figures (bench/runs.py),
+plots them (bench/plot.py), prints the report and writes BENCHMARKS.md's section; a run shorter than the
+method's (a smoke run) writes elsewhere and leaves BENCHMARKS.md alone.
 """
 
 import functools
 import json
 import os
 import platform
+import random
 import secrets
 import statistics
 import subprocess
@@ -26,32 +26,36 @@ from pathlib import Path
 import psycopg
 
 from bench import open_loop, runs
-from bench.cpu import cpu_seconds, parent
-from bench.peers.json_log import REQUEST_LOGGER
-from bench.report import write_section
-from bench.servers import CLEAN_ENV, PEER_WORKERS, django_peer, fastapi_peer, service
+from bench.cpu import cpu_seconds, parent, status_kib
+from bench.peers.shared import REQUEST_LOGGER
+from bench.servers import CLEAN_ENV, peer, unit
 from deploy.app_server import SETTINGS as APP_SETTINGS
 from deploy.processes import ROOT
-from deploy.unit import UPSTREAM_IDLE_S
 
 # The method; each may be shortened for a smoke run, which then publishes nothing (FULL).
-METHOD = {"rounds": 7, "seconds": 8, "latency_requests": 3000}
+METHOD = {"rounds": 7, "seconds": 8, "latency_requests": 3000, "common_requests": 10_000}
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", METHOD["rounds"]))
 SECONDS = int(os.environ.get("BENCH_SECONDS", METHOD["seconds"]))
 CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", 16))
-FULL = (
-    all(value >= least for value, least in zip((ROUNDS, SECONDS, open_loop.MIN_REQUESTS), METHOD.values(), strict=True))
-    and CONNECTIONS == 16
+# The common-rate point rests its p99 on 100 answers or more; a shortened BENCH_LATENCY_REQUESTS
+# shortens it in proportion.
+COMMON_REQUESTS = int(
+    os.environ.get("BENCH_COMMON_REQUESTS")
+    or METHOD["common_requests"] * open_loop.MIN_REQUESTS // METHOD["latency_requests"]
+)
+FULL = CONNECTIONS == 16 and all(
+    value >= least
+    for value, least in zip((ROUNDS, SECONDS, open_loop.MIN_REQUESTS, COMMON_REQUESTS), METHOD.values(), strict=True)
 )
 # Open loop: each target at these shares of its own median throughput (wrk's); the table shows 50% and
-# 80%, the plot all. Then every target at one common rate, COMMON_SHARE of the service's throughput.
+# 80%, the plot all. Then every target at one common rate, COMMON_SHARE of the service's throughput: a
+# rate of its own (no target's 50% point), COMMON_REQUESTS requests each.
 TABLE_SHARES = (0.5, 0.8)
-LOAD_SHARES = tuple(
-    sorted(
-        {float(s) for s in os.environ.get("BENCH_LOAD_SHARES", "0.25,0.5,0.8,0.95,1.1").split(",")} | set(TABLE_SHARES)
-    )
-)
-COMMON_SHARE = 0.5
+SHARES = os.environ.get("BENCH_LOAD_SHARES", "0.25,0.5,0.8,0.95,1.1")
+LOAD_SHARES = tuple(sorted({float(share) for share in SHARES.split(",")} | set(TABLE_SHARES)))
+COMMON_SHARE = 0.4
+# The open loop's order of targets, shuffled at each step from this seed (printed; BENCH_SEED replays it).
+SEED = int(os.environ.get("BENCH_SEED") or secrets.randbelow(10**6))
 # Where a run keeps its raw figures, plot and report: beside BENCHMARKS.md for a full run, else a
 # folder of its own (bench/runs.py holds runs of one method together).
 SMOKE_RESULTS = Path(os.environ.get("TMPDIR", "/tmp")) / "plantstore-bench-smoke"
@@ -67,7 +71,7 @@ WRK_THREADS = 2
 TARGETS = {
     "service": ("service", "/plants", "service `POST /plants` (`make serve`: nginx, Granian)"),
     "bare": ("service", "/bench/bare-plants", "bare Django view (the same unit)"),
-    "fastapi": ("fastapi", "/plants", "FastAPI peer (uvicorn)"),
+    "fastapi": ("fastapi", "/plants", "FastAPI peer (Granian's ASGI, asyncpg's pool)"),
     "drf": ("drf", "/plants", "DRF peer (ModelSerializer, its uniqueness SELECT)"),
     "ninja": ("ninja", "/plants", "django-ninja peer"),
     "fastapi+": ("fastapi+", "/plants", "FastAPI peer, equal work"),
@@ -75,7 +79,7 @@ TARGETS = {
     "ninja+": ("ninja+", "/plants", "django-ninja peer, equal work"),
 }
 # The equal-work targets, each with the prefix of its count's key in plants_ratelimitcounter
-# (bench/peers/rate_limit.py, bench/peers/fastapi_app.py): each must count and log every request once.
+# (bench/peers/shared.py): each must count and log every request once.
 EQUAL_WORK = {"fastapi+": "fastapi:", "drf+": "drf:", "ninja+": "ninja:"}
 LOG_DIR = Path(os.environ.get("TMPDIR", "/tmp"))
 # Each load run takes its own block of ids (bench/create.lua adds 10**9 per wrk thread; bench/create.js
@@ -117,19 +121,25 @@ ENV = {
     # Throttling stays on, at a rate the load never reaches, so its cost is measured: in the
     # default store, the database (plants/rate_stores.py).
     "PLANTS_THROTTLE_RATE": "100000000/second",
-    # A direct connection to PostgreSQL, its statements prepared (.env.example leaves them off, for a
-    # pooler an operator may put in front later): on for every Django target alike, below.
+    # Statements prepared on every Django target alike, set here whatever .env.example has (asyncpg
+    # prepares the FastAPI peer's): bench/peers/settings.py reads it as the service's settings do.
     "DJANGO_DB_PREPARED_STATEMENTS": "1",
     "APP_PROCESSES": APP_SETTINGS["APP_PROCESSES"],
     "APP_THREADS": APP_SETTINGS["APP_THREADS"],
 }
 
 
+def peer_settings(name: str) -> dict[str, str]:
+    """A peer's settings: the service's Granian settings and database; a Django peer's also the service's Django
+    settings, its statements prepared as the service's (ENV), whatever .env.example has."""
+    names = ("DATABASE_URL", "APP_PROCESSES", "APP_THREADS")
+    django = ("DJANGO_SECRET_KEY", "DJANGO_ALLOWED_HOSTS", "DJANGO_DB_PREPARED_STATEMENTS")
+    return {key: ENV[key] for key in names + (() if name == "fastapi" else django)}
+
+
 def durability(url: str | None = None) -> dict[str, str]:
     """PostgreSQL's own word (SHOW) on each durability setting, from the server at `url` (the bench's)."""
-    if url is None:
-        return {name: psql(f"SHOW {name}") for name in DURABILITY}
-    with psycopg.connect(url, autocommit=True, connect_timeout=5) as connection:
+    with psycopg.connect(url or os.environ["DATABASE_URL"], autocommit=True, connect_timeout=5) as connection:
         return {name: connection.execute(f"SHOW {name}").fetchone()[0] for name in DURABILITY}
 
 
@@ -150,30 +160,31 @@ def environment_names(pid: int) -> list[str]:
 
 
 def worker_peak_rss_mib(server) -> float:
-    peaks = []
-    for pid in server.worker_pids():
-        status = Path(f"/proc/{pid}/status").read_text()
-        peaks.append(int(next(line for line in status.splitlines() if line.startswith("VmHWM")).split()[1]))
-    return max(peaks) / 1024
+    return max(status_kib(pid, "VmHWM") for pid in server.worker_pids()) / 1024
+
+
+def wrk_load(url: str, token: str, id_base: int, seconds: int, connections: int = CONNECTIONS) -> subprocess.Popen:
+    """wrk's closed loop on `url` (bench/create.lua), started; wrk_figures waits for its figures."""
+    command = ["wrk", f"-t{WRK_THREADS}", f"-c{connections}", f"-d{seconds}s", "-s", "bench/create.lua", url]
+    environment = {**CLEAN_ENV, "BENCH_TOKEN": token, "BENCH_ID_BASE": str(id_base), "BENCH_HOST": BENCH_HOST}
+    return subprocess.Popen(command, cwd=ROOT, env=environment, stdout=subprocess.PIPE, text=True)
+
+
+def wrk_figures(load: subprocess.Popen) -> dict:
+    output = load.communicate()[0]
+    if load.returncode:
+        raise SystemExit(f"bench: wrk exited {load.returncode}")
+    figures = json.loads(output.strip().splitlines()[-1])
+    return figures | {"rps": figures["requests"] / (figures["duration_us"] / 1e6)}
 
 
 def wrk(url: str, token: str, id_base: int, seconds: int, connections: int = CONNECTIONS) -> dict:
-    result = subprocess.run(
-        ["wrk", f"-t{WRK_THREADS}", f"-c{connections}", f"-d{seconds}s", "-s", "bench/create.lua", url],
-        cwd=ROOT,
-        env={**CLEAN_ENV, "BENCH_TOKEN": token, "BENCH_ID_BASE": str(id_base), "BENCH_HOST": BENCH_HOST},
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    figures = json.loads(result.stdout.strip().splitlines()[-1])
-    figures["rps"] = figures["requests"] / (figures["duration_us"] / 1e6)
-    return figures
+    return wrk_figures(wrk_load(url, token, id_base, seconds, connections))
 
 
 STATEMENTS = (
-    "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
-    "WHERE d.datname = current_database() AND s.query NOT ILIKE '%pg_stat_statements%'"
+    "SELECT s.query, sum(s.calls)::bigint FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
+    "WHERE d.datname = current_database() AND s.query NOT ILIKE '%pg_stat_statements%' GROUP BY s.query"
 )
 
 
@@ -199,22 +210,16 @@ def prepare(command: str) -> str:
 def main() -> None:
     durable = require_durable("at the start")
     token = prepare("bench")
-    started = datetime.now(UTC)
+    started, code = datetime.now(UTC), runs.code_version()  # the code as it starts, whatever is committed meanwhile
     postmaster = parent(int(psql("SELECT pg_backend_pid()")))
     servers = {}
     try:
-        servers["service"] = service(LOG_DIR, **ENV).start()
+        servers["service"] = unit("service", LOG_DIR, **ENV).start()
         print(f"the service's log: {servers['service'].log_path}", flush=True)
-        peer_env = {name: ENV[name] for name in ("DATABASE_URL", "DJANGO_SECRET_KEY", "DJANGO_ALLOWED_HOSTS")}
-        # The service's Granian settings, and its database's: statements prepared on every Django target.
-        peer_env |= {name: ENV[name] for name in ("APP_PROCESSES", "APP_THREADS", "DJANGO_DB_PREPARED_STATEMENTS")}
-        for equal_work in (False, True):
-            peers = [
-                fastapi_peer(LOG_DIR, ENV["DATABASE_URL"], equal_work),
-                *(django_peer(p, LOG_DIR, equal_work, **peer_env) for p in ("drf", "ninja")),
-            ]
-            for peer in peers:
-                servers[peer.name] = peer.start()
+        for name in ("fastapi", "drf", "ninja"):
+            for equal_work in (False, True):
+                target = peer(name, LOG_DIR, equal_work, **peer_settings(name))
+                servers[target.name] = target.start()
         rounds = run_rounds(servers, token, postmaster)
         capacity = {name: statistics.median(f["rps"] for f in figures) for name, figures in rounds.items()}
         points = open_loop_points(servers, token, capacity)
@@ -223,33 +228,24 @@ def main() -> None:
     finally:
         for server in servers.values():
             server.stop()
+    # fmt: off
     run = {
-        "when": f"{started:%Y-%m-%dT%H:%MZ}",
+        "when": f"{started:%Y-%m-%dT%H:%MZ}", "seed": SEED,
         "minutes": round((datetime.now(UTC) - started).total_seconds() / 60, 1),
-        "code": runs.code_version(),
-        "machine": machine(),
+        "code": code, "machine": machine(),
         "database": {"at the start": durable, "at the end": require_durable("at the end")},
         "method": {
-            "full": FULL,
-            "rounds": ROUNDS,
-            "seconds": SECONDS,
-            "connections": CONNECTIONS,
-            "wrk_threads": WRK_THREADS,
-            "load_shares": LOAD_SHARES,
-            "common_share": COMMON_SHARE,
-            "latency_requests": open_loop.MIN_REQUESTS,
-            "latency_min_seconds": open_loop.MIN_SECONDS,
+            "full": FULL, "rounds": ROUNDS, "seconds": SECONDS, "connections": CONNECTIONS, "wrk_threads": WRK_THREADS,
+            "load_shares": LOAD_SHARES, "common_share": COMMON_SHARE, "latency_requests": open_loop.MIN_REQUESTS,
+            "common_requests": COMMON_REQUESTS, "latency_min_seconds": open_loop.MIN_SECONDS,
             "achieved_share": open_loop.ACHIEVED_SHARE,
         },
-        "targets": {
-            name: {"server": server, "path": path, "heading": heading}
-            for name, (server, path, heading) in TARGETS.items()
-        },
-        "rounds": rounds,
-        "open_loop": points,
+        "targets": {name: dict(zip(("server", "path", "heading"), target, strict=True)) for name, target in TARGETS.items()},
+        "rounds": rounds, "open_loop": points,
         "peak_rss_mib": {name: peak_rss[server] for name, (server, *_) in TARGETS.items()},
         "environment": {name: environments[server] for name, (server, *_) in TARGETS.items()},
     }
+    # fmt: on
     publish(run)
 
 
@@ -274,7 +270,8 @@ def run_rounds(servers: dict, token: str, postmaster: int) -> dict[str, list[dic
             server_before, database_before = cpu_seconds(server_pids), cpu_seconds([postmaster])
             figures = wrk(urls[name], token, id_base := id_base + ID_BLOCK, SECONDS)
             figures["cpu_server_s"] = cpu_seconds(server_pids) - server_before
-            figures["statements"] = int(psql(STATEMENTS))
+            figures["by_statement"] = dict(database().execute(STATEMENTS).fetchall())
+            figures["statements"] = sum(figures["by_statement"].values())
             psql("CHECKPOINT")
             figures["cpu_database_s"] = cpu_seconds([postmaster]) - database_before
             figures["round"], figures["position"] = round_number + 1, position + 1
@@ -290,29 +287,41 @@ def run_rounds(servers: dict, token: str, postmaster: int) -> dict[str, list[dic
     return results
 
 
-def open_loop_points(servers: dict, token: str, capacity: dict) -> list[dict]:
-    """k6's open loop (bench/open_loop.py) at each of LOAD_SHARES of each target's own median throughput,
-    then at the common rate for all: one point each, ascending, the targets' order reversed at each
-    step; each point after a CHECKPOINT, so that none pays for the dirty pages of the one before."""
+def open_loop_plan(capacity: dict, seed: int) -> list[tuple]:
+    """Every open-loop point in its order, (target, rate, share, requests): at each of LOAD_SHARES of each
+    target's own median throughput, ascending, then at the common rate for all (COMMON_REQUESTS each);
+    the targets' order shuffled at each step from `seed`."""
     common = COMMON_SHARE * capacity["service"]
-    plan = [[(name, share * capacity[name], share, False) for name in TARGETS] for share in LOAD_SHARES]
-    plan.append([(name, common, None, True) for name in TARGETS])
-    total = sum(open_loop.point_seconds(rate) + 3 for step in plan for _, rate, *_ in step)
-    print(f"open loop: {sum(map(len, plan))} points, about {total / 60:.0f} minutes", flush=True)
+    plan = [
+        [(name, share * capacity[name], share, open_loop.MIN_REQUESTS) for name in TARGETS] for share in LOAD_SHARES
+    ]
+    plan.append([(name, common, None, COMMON_REQUESTS) for name in TARGETS])
+    shuffle = random.Random(seed).shuffle
+    for step in plan:
+        shuffle(step)
+    return [point for step in plan for point in step]
+
+
+def open_loop_points(servers: dict, token: str, capacity: dict) -> list[dict]:
+    """k6's open loop (bench/open_loop.py) at each point of open_loop_plan, each after a CHECKPOINT, so
+    that none pays for the dirty pages of the one before."""
+    plan = open_loop_plan(capacity, SEED)
+    total = sum(open_loop.point_seconds(rate, requests) + 3 for _, rate, _, requests in plan)
+    print(f"open loop: {len(plan)} points, about {total / 60:.0f} minutes; BENCH_SEED={SEED}", flush=True)
     points = []
-    for index, step in enumerate(plan):
-        for name, rate, share, is_common in step[:: -1 if index % 2 else 1]:
-            server, path, _ = TARGETS[name]
-            id_base = ID_BLOCK * (1000 + len(points))
-            psql("CHECKPOINT")
-            point = open_loop.k6(servers[server].url + path, token, BENCH_HOST, id_base, rate)
-            point |= {"target": name, "share": share, "common": is_common, "stored": rows_stored(id_base)}
-            if point["stored"] < point["sent"] - point["failed"]:
-                raise SystemExit(f"bench: {name} answered 2xx for more plants than it stored; see its log")
-            points.append(point)
-            print(f"open loop {name:9} {point['offered']:5}/s offered, {point['achieved']:6.1f}/s answered: p50 "
-                  f"{point['p50_ms']:.1f} ms, p99 {point['p99_ms']:.1f} ms, {point['failed']} failed, {point['dropped']} "
-                  f"dropped{', SATURATED' if point['saturated'] else ''}", flush=True)  # fmt: skip
+    for name, rate, share, requests in plan:
+        server, path, _ = TARGETS[name]
+        id_base = ID_BLOCK * (1000 + len(points))
+        psql("CHECKPOINT")
+        seconds = open_loop.point_seconds(rate, requests)
+        point = open_loop.k6(servers[server].url + path, token, BENCH_HOST, id_base, rate, seconds)
+        point |= {"target": name, "share": share, "common": share is None, "stored": rows_stored(id_base)}
+        if point["stored"] < point["sent"] - point["failed"]:
+            raise SystemExit(f"bench: {name} answered 2xx for more plants than it stored; see its log")
+        points.append(point)
+        print(f"open loop {name:9} {point['offered']:5}/s offered, {point['achieved']:6.1f}/s answered: p50 "
+              f"{point['p50_ms']:.1f} ms, p99 {point['p99_ms']:.1f} ms, {point['failed']} failed, {point['dropped']} "
+              f"dropped{', SATURATED' if point['saturated'] else ''}", flush=True)  # fmt: skip
     return points
 
 
@@ -363,7 +372,7 @@ def publish(run: dict) -> None:
     summary = section(run, runs.held_runs(results, run), raw, plot)
     print("\n".join(full_report + [""] + summary))
     if run["method"]["full"]:
-        write_section("make bench", "\n".join(summary))
+        runs.write_section("make bench", "\n".join(summary))
     else:
         print(f"\nA smoke run (shorter than the method): BENCHMARKS.md left alone; its files are in {results}")
     failed = targets_with_errors(run)
@@ -384,31 +393,46 @@ def targets_with_errors(run: dict) -> list[str]:
     ]
 
 
-def point_cell(run: dict, name: str, share: float | None) -> str:
-    point = next(
-        p for p in run["open_loop"] if p["target"] == name and (p["common"] if share is None else p["share"] == share)
-    )
-    flag = " sat." if point["saturated"] else ""
-    return f"{point['offered']}/s: {point['p50_ms']:.0f} / {point['p99_ms']:.0f} ms{flag}"
+def spread(values: list[float], form: str = "{:.0f}") -> str:
+    """The median of `values`, and their min–max when they differ."""
+    low, high = form.format(min(values)), form.format(max(values))
+    return form.format(statistics.median(values)) + (f" ({low}–{high})" if low != high else "")
 
 
-def target_rows(run: dict) -> list[str]:
-    """One row per target: throughput, open-loop latency, CPU per create, statements per create."""
+def point_cell(held: list[dict], name: str, share: float | None) -> str:
+    """A target's open-loop point at `share` of its own rate (None: the common rate) over the runs:
+    the offered rate, the p50 and the p99 (medians; the p99's min–max across the runs)."""
+    points = [next(p for p in run["open_loop"] if p["target"] == name and p["share"] == share) for run in held]
+    saturated = sum(p["saturated"] for p in points)
+    flag = f" sat.{f' in {saturated} of {len(points)}' if len(points) > 1 else ''}" if saturated else ""
+    offered = statistics.median(p["offered"] for p in points)
+    p50 = statistics.median(p["p50_ms"] for p in points)
+    return f"{offered:.0f}/s: {p50:.0f} / {spread([p['p99_ms'] for p in points])} ms{flag}"
+
+
+def across(held: list[dict], per_round, *args) -> float:
+    """The median across the runs of each run's median over its rounds of `per_round(run, *args)`."""
+    return statistics.median(statistics.median(per_round(run, *args)) for run in held)
+
+
+def target_rows(held: list[dict]) -> list[str]:
+    """One row per target, each figure the median across the held runs: throughput (each run's median
+    over its rounds; min–max across the runs), open-loop latency, CPU per create, statements and round
+    trips per create (bench/runs.py: round_trips)."""
     lines = [
-        f"| target | requests/s, median of {run['method']['rounds']} rounds (min–max) | open loop p50 / p99: at 50% "
-        f"of its own | at 80% of its own | at the common rate | CPU µs per create: app and nginx + PostgreSQL = all "
-        "| SQL statements per create |",
+        f"| target | requests/s (min–max across the {len(held)} runs) | open loop p50 / p99 (min–max): at 50% "
+        "of its own | at 80% of its own | at the common rate | CPU µs per create: app and nginx + PostgreSQL = all "
+        "| SQL statements / round trips per create |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name in TARGETS:
-        rates = runs.per_round(run, name, "rps")
-        server = statistics.median(runs.cpu_per_create(run, name, False))
-        everything = statistics.median(runs.cpu_per_create(run, name))
-        statements = sum(f["statements"] for f in run["rounds"][name]) / sum(f["requests"] for f in run["rounds"][name])
+        rates = [statistics.median(runs.per_round(run, name, "rps")) for run in held]
+        server, everything = (across(held, runs.cpu_per_create, name, database) for database in (False, True))
+        statements, trips = (across(held, runs.per_create, name, key) for key in ("statements", "round_trips"))
         lines.append(
-            f"| {TARGETS[name][2]} | {statistics.median(rates):.0f} ({min(rates):.0f}–{max(rates):.0f}) | "
-            + " | ".join(point_cell(run, name, share) for share in (*TABLE_SHARES, None))
-            + f" | {server:,.0f} + {everything - server:,.0f} = {everything:,.0f} | {statements:.2f} |"
+            f"| {TARGETS[name][2]} | {spread(rates)} | "
+            + " | ".join(point_cell(held, name, share) for share in (*TABLE_SHARES, None))
+            + f" | {server:,.0f} + {everything - server:,.0f} = {everything:,.0f} | {statements:.2f} / {trips:.2f} |"
         )
     return lines
 
@@ -416,7 +440,7 @@ def target_rows(run: dict) -> list[str]:
 def report(run: dict) -> list[str]:
     """The full report of one run (benchmarks/make-bench.md): every target, every figure, every estimator."""
     lines = [f"# make bench, {run['when']} UTC, {run['minutes']} minutes", "", *method_lines(run), ""]
-    lines += [*target_rows(run), ""]
+    lines += [*target_rows([run]), ""]
     lines += [
         "| target | closed-loop p50 / p99 (wrk, median of rounds) | non-2xx / socket errors | 2xx answers / rows "
         "stored | requests answered / counted / logged (equal work) | peak app worker memory (VmHWM) |",
@@ -424,21 +448,22 @@ def report(run: dict) -> list[str]:
     ]
     for name in TARGETS:
         rounds = run["rounds"][name]
-        answered = sum(f["requests"] - f["non_2xx"] for f in rounds)
-        work = (
-            " / ".join(str(sum(f.get(k) or 0 for f in rounds)) for k in ("requests", "counted", "logged"))
-            if name in EQUAL_WORK
-            else ""
-        )
+        total = {key: sum(f.get(key) or 0 for f in rounds) for key in ("requests", "counted", "logged", "stored")}
+        total |= {key: sum(f[key] for f in rounds) for key in ("non_2xx", "socket_errors")}
+        work = " / ".join(str(total[k]) for k in ("requests", "counted", "logged")) if name in EQUAL_WORK else ""
         lines.append(
             f"| {name} | {statistics.median(f['p50_us'] for f in rounds) / 1000:.1f} / "
-            f"{statistics.median(f['p99_us'] for f in rounds) / 1000:.1f} ms | "
-            f"{sum(f['non_2xx'] for f in rounds)} / {sum(f['socket_errors'] for f in rounds)} | "
-            f"{answered} / {sum(f['stored'] for f in rounds)} | {work} | {run['peak_rss_mib'][name]:.0f} MiB |"
+            f"{statistics.median(f['p99_us'] for f in rounds) / 1000:.1f} ms | {total['non_2xx']} / "
+            f"{total['socket_errors']} | {total['requests'] - total['non_2xx']} / {total['stored']} | {work} | "
+            f"{run['peak_rss_mib'][name]:.0f} MiB |"
         )
     lines += ["", "Each target's app server ran with these variables alone (names; bench/servers.py: CLEAN_ENV):", ""]
     lines += [f"- {name}: {', '.join(f'`{n}`' for n in names)}" for name, names in run["environment"].items()]
-    lines += ["", "Every estimator, this run:", "", *estimator_rows(run), "", "Every open-loop point:", ""]
+    lines += ["", "Each target's statements per create (pg_stat_statements' calls over the rounds):", ""]
+    for name in TARGETS:
+        calls = runs.statements_per_create(run, name)
+        lines.append(f"- {name}: " + "; ".join(f"{n:.2f} × `{q[:90]}`" for q, n in calls.items() if n >= 0.01))
+    lines += ["", "Every estimator, this run:", "", *runs.runs_table([run]), "", "Every open-loop point:", ""]
     lines += [
         "| target | share of its own | offered /s | answered in the window /s | sent | failed | dropped | p50 | p90 "
         "| p99 | p99.9 | max | saturated |",
@@ -447,72 +472,46 @@ def report(run: dict) -> list[str]:
     for p in run["open_loop"]:
         share = "common" if p["common"] else f"{p['share']:.0%}"
         lines.append(
-            f"| {p['target']} | {share} | {p['offered']} | {p['achieved']:.1f} | {p['sent']} | {p['failed']} | "
-            f"{p['dropped']} | {p['p50_ms']:.1f} | {p['p90_ms']:.1f} | {p['p99_ms']:.1f} | {p['p999_ms']:.1f} | "
-            f"{p['max_ms']:.0f} | {'yes' if p['saturated'] else ''} |"
-        )
-    return lines
-
-
-def estimator_rows(run: dict) -> list[str]:
-    found = runs.headlines(run)
-    lines = [
-        "| headline | floor | ratio of medians | median of per-round ratios | per-round min–max |",
-        "|---|---|---:|---:|---:|",
-    ]
-    for key, (label, floor) in runs.HEADLINES.items():
-        value = found[key]
-        lines.append(
-            f"| {label} | {runs.floor_text(floor)} | {value['ratio_of_medians']:.2f} | {value['median_of_ratios']:.2f} "
-            f"| {value['min']:.2f}–{value['max']:.2f} |"
+            f"| {p['target']} | {share} | {p['offered']} | "
+            f"{p['achieved']:.1f} | {p['sent']} | {p['failed']} | {p['dropped']} | {p['p50_ms']:.1f} | "
+            f"{p['p90_ms']:.1f} | {p['p99_ms']:.1f} | {p['p999_ms']:.1f} | {p['max_ms']:.0f} | "
+            f"{'yes' if p['saturated'] else ''} |"
         )
     return lines
 
 
 def method_lines(run: dict) -> list[str]:
-    method, database_settings = run["method"], run["database"]["at the start"]
-    shares = ", ".join(f"{share:.0%}" for share in method["load_shares"])
+    """The run's machine, code, database settings and method (BENCHMARKS.md says what each means)."""
+    code, settings = run["code"], run["database"]["at the start"]
     return [
-        f"- Machine: {run['machine']}; commit {run['code']['commit'][:10]}"
-        + (f" with uncommitted changes ({run['code']['uncommitted']})" if run["code"]["uncommitted"] else ""),
-        f"- Service: `make serve`'s unit, nginx in front of Granian ({ENV['APP_PROCESSES']} processes × "
-        f"{ENV['APP_THREADS']} threads), `bench.settings` (production's plus the bare view's URL, which the same "
-        f"unit serves); peers behind the same nginx: FastAPI (uvicorn, {PEER_WORKERS} workers, uvloop, httptools, "
-        f"access log off as Granian's, nginx upstream keep-alive {UPSTREAM_IDLE_S} s), DRF and django-ninja (the "
-        "service's Granian settings); every target started from a cleared environment",
-        "- Database: a throwaway PostgreSQL on 127.0.0.1, read back from the server at the start and at the end: "
-        + ", ".join(f"`{name}={value}`" for name, value in database_settings.items()),
-        f"- Throughput: `wrk -t{method['wrk_threads']} -c{method['connections']} -d{method['seconds']}s` on the same machine, "
-        f"{method['rounds']} rounds of every target (rotating which goes first) after a warm-up; CPU per create "
-        "counts the unit's processes (nginx, the app server) and PostgreSQL's (postmaster, backends, walwriter, "
-        "checkpointer, ...), each run between two `CHECKPOINT`s",
-        f"- Latency: k6's constant-arrival-rate (open loop, `bench/create.js`, on the same machine) at {shares} of each target's own "
-        f"median throughput and at one common rate ({method['common_share']:.0%} of the service's); each point "
-        f"{method['latency_requests']:,} requests or more ({method['latency_min_seconds']} s at least) after a "
-        f"`CHECKPOINT`, latency from each request's scheduled start; saturated (marked) when a request was dropped "
-        f"or under {method['achieved_share']:.0%} of the offered rate was answered within the window",
+        f"- Machine: {run['machine']}; commit {code['commit'][:10]}"
+        + (f" with uncommitted changes ({code['uncommitted']})" if code["uncommitted"] else ""),
+        "- PostgreSQL read back at the start and the end: " + ", ".join(f"`{k}={v}`" for k, v in settings.items()),
+        "- Method: " + ", ".join(f"{k} {v}" for k, v in run["method"].items()) + f"; BENCH_SEED={run['seed']}",
     ]
 
 
 def section(run: dict, held: list[dict], raw: Path, plot: Path) -> list[str]:
-    """BENCHMARKS.md's section: the held runs against the floors, the plot, the latest run's targets."""
+    """BENCHMARKS.md's section: the held runs against the floors, the plot, the targets' medians over the runs."""
     where = raw.parent.relative_to(ROOT) if raw.is_relative_to(ROOT) else raw.parent
     code = run["code"]["commit"][:10] + (" with uncommitted changes" if run["code"]["uncommitted"] else "")
     settings = ", ".join(f"`{name}={value}`" for name, value in run["database"]["at the start"].items())
     return [
         f"{len(held)} run{'s' if len(held) > 1 else ''} of this code ({code}; the newest {runs.RUNS_HELD} are "
         "held): each cell the run's ratio of medians over its rounds, and the range of its per-round ratios; "
-        "the floors are judged on the median of the runs.",
+        "floors and aims are judged on the median of the runs.",
         "",
         *runs.runs_table(held),
         "",
         f"![Throughput, and open-loop latency against offered load, per target]({where}/{plot.name})",
         "",
-        f"The latest run, {run['when'][:10]} {run['when'][11:16]} UTC, {run['machine']}; the server's settings read "
-        f"back at the start and the end: {settings}. Every figure, estimator and open-loop point: [{where}/make-bench.md]"
-        f"({where}/make-bench.md); the raw figures of each round and point: [{where}/{raw.name}]({where}/{raw.name}).",
+        f"The latest run, {run['when'][:10]} {run['when'][11:16]} UTC (BENCH_SEED={run['seed']}), {run['machine']}; "
+        f"the server's settings read back at the start and the end: {settings}. Every figure, estimator and "
+        f"open-loop point of it: [{where}/make-bench.md]({where}/make-bench.md); the raw figures of each round and "
+        f"point: [{where}/{raw.name}]({where}/{raw.name}). Each target over the {len(held)} runs, each figure the "
+        "median of the runs':",
         "",
-        *target_rows(run),
+        *target_rows(held),
     ]
 
 

@@ -1,7 +1,4 @@
-"""Bench-only settings: production settings plus the bare view's URL. Never deployed.
-
-The bare view (/bench/bare-plants) runs the same middleware as /plants.
-"""
+"""Bench-only settings: production's plus the bare view's URL (bench/urls.py), behind the same middleware."""
 
 from plantstore_site.settings import *  # noqa: F403
 

@@ -1,23 +1,20 @@
-"""`make soak`: the service as `make serve` runs it under a steady load for SOAK_MINUTES (20), sampled
-each minute: each app worker's resident memory and open files, the database's connections, and the
-minute's p50, p99 and failures. Run under scripts/with-postgres (PostgreSQL as production runs it).
-
-The load is k6's open loop (bench/open_loop.py, bench/create.js) at SOAK_RATE creates a second (200,
-about half this machine's capacity), one run a minute. After a first minute of warm-up, the figures must stay
-flat within the bounds below, or it exits 1. Prints the table and writes its section of BENCHMARKS.md.
+"""`make soak`: the service as `make serve` runs it under k6's open loop (bench/open_loop.py) at SOAK_RATE
+creates a second (200, about half this machine's capacity) for SOAK_MINUTES (20), sampled each minute: each
+worker's resident memory and open files, the database's connections, the minute's p50, p99 and failures. After a
+first minute of warm-up they must stay flat within the bounds below, or it exits 1. Run under
+scripts/with-postgres (PostgreSQL as production runs it); prints the table and writes its section of BENCHMARKS.md.
 """
 
 import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
+from bench.cpu import status_kib
 from bench.open_loop import k6
-from bench.report import write_section
 from bench.run import BENCH_HOST, ENV, ID_BLOCK, LOG_DIR, prepare, psql
+from bench.runs import write_section
 from bench.servers import unit as bench_unit
-from deploy.app_server import granian_command
 
 MINUTES = int(os.environ.get("SOAK_MINUTES", 20))
 RATE = float(os.environ.get("SOAK_RATE", 200))
@@ -33,20 +30,13 @@ CONNECTIONS = (
 
 def worker_figures(pids: list[int]) -> tuple[list[float], list[int]]:
     """Each worker's resident memory (MiB) and open file descriptors."""
-    rss, files = [], []
-    for pid in pids:
-        status = Path(f"/proc/{pid}/status").read_text()
-        rss.append(int(next(line for line in status.splitlines() if line.startswith("VmRSS")).split()[1]) / 1024)
-        files.append(len(os.listdir(f"/proc/{pid}/fd")))
-    return rss, files
+    return [status_kib(pid, "VmRSS") / 1024 for pid in pids], [len(os.listdir(f"/proc/{pid}/fd")) for pid in pids]
 
 
 def main() -> int:
     token = prepare("soak")
     # The limit stays on, as production runs it, at a rate the load never reaches.
-    settings = {**ENV, "DJANGO_SETTINGS_MODULE": "plantstore_site.settings"}
-    command = granian_command(settings)
-    unit = bench_unit("soak", LOG_DIR, command, **settings).start()
+    unit = bench_unit("soak", LOG_DIR, **ENV, DJANGO_SETTINGS_MODULE="plantstore_site.settings").start()
     print(f"soak: {MINUTES} minutes at {RATE:.0f} creates/s; the service's log: {unit.log_path}", flush=True)
     samples = []
     try:

@@ -1,20 +1,15 @@
 """The FastAPI peer of `make bench`: POST /plants as a FastAPI team would write it. Never deployed.
 
-FastAPI, strict pydantic v2 and asyncpg, on the service's own tables: the bearer token is looked
-up by its SHA-256 digest in plants_apitoken on every request (revoked and expired tokens refused,
-last_used_at written at most once a minute, as the service does), then one INSERT into
-plants_plant. 200 answers a Plant; bad input a 400 Error body, a missing or bad token a 401 one.
-With PEER_EQUAL_WORK=1 (the equal-work variant) it also does what the service does besides: a
-dependency counts each request against a per-token limit, one atomic upsert in the service's UNLOGGED
-plants_ratelimitcounter, and a middleware writes one JSON log line per request through Python's
-logging (uvicorn's access log off, as the service's app server's is).
-Run: `uvicorn bench.peers.fastapi_app:app --workers 2` with DATABASE_URL set (bench/run.py does).
+FastAPI, strict pydantic v2 and asyncpg on the service's tables: the token read by its SHA-256 digest on
+every request (revoked and expired refused, last_used_at written at most once a minute, as the service
+does), then one INSERT; 200 answers a Plant, bad input a 400 Error body, a bad token a 401 one. With
+PEER_EQUAL_WORK=1, a dependency counts each request and a middleware logs it (bench/peers/shared.py).
+One asyncpg pool per worker, as its users run it: a released connection is reset (one round trip).
 """
 
 import hashlib
 import logging
 import os
-import re
 import time
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -26,7 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from bench.peers.json_log import REQUEST_LOGGER, JsonFormatter
+from bench.peers import shared
 
 EQUAL_WORK = os.environ.get("PEER_EQUAL_WORK", "") == "1"
 
@@ -36,17 +31,8 @@ SELECT_TOKEN = "SELECT id, name, expires_at, revoked_at, last_used_at FROM plant
 TOUCH_TOKEN = (
     "UPDATE plants_apitoken SET last_used_at = $2 WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $3)"
 )
+COUNT_REQUEST = shared.COUNT_REQUEST.format(key="$1", window="$2")
 INSERT_PLANT = "INSERT INTO plants_plant (id, name, tag, created_at) VALUES ($1, $2, $3, $4)"
-# The equal-work variant's rate limit: never reached (the bench measures the count, not a refusal),
-# in a day's window so a bench run's requests add up in one row (bench/peers/rate_limit.py: the same).
-RATE_LIMIT, RATE_WINDOW_S = 1_000_000_000, 86_400
-COUNT_REQUEST = (
-    "INSERT INTO plants_ratelimitcounter (key, window_start, count) VALUES ($1, $2, 1) ON CONFLICT (key) "
-    "DO UPDATE SET count = CASE WHEN plants_ratelimitcounter.window_start = excluded.window_start "
-    "THEN plants_ratelimitcounter.count + 1 ELSE 1 END, window_start = excluded.window_start RETURNING count"
-)
-SAFE_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"\S")]
 Tag = Annotated[str, StringConstraints(min_length=1, max_length=100, pattern=r"\S")]
 
@@ -81,30 +67,20 @@ app = FastAPI(lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None
 
 
 if EQUAL_WORK:
-    request_log = logging.getLogger(REQUEST_LOGGER)
+    handler = logging.StreamHandler()  # stderr, where the app server's own log goes
+    handler.setFormatter(shared.JsonFormatter())
+    request_log = logging.getLogger(shared.REQUEST_LOGGER)
+    request_log.addHandler(handler)
     request_log.setLevel(logging.INFO)
     request_log.propagate = False
-    handler = logging.StreamHandler()  # stderr, where uvicorn's own log goes
-    handler.setFormatter(JsonFormatter())
-    request_log.addHandler(handler)
 
     @app.middleware("http")
-    async def log_request(request: Request, call_next):
-        """One JSON line per request: `{"method", "path", "status", "duration_ms", "token", "request_id"}`."""
-        started = time.perf_counter()
-        incoming = request.headers.get("x-request-id", "")
-        request_id = incoming if SAFE_REQUEST_ID.fullmatch(incoming) else os.urandom(16).hex()
+    async def log_each_request(request: Request, call_next):
+        started, answer_id = time.perf_counter(), shared.request_id(request.headers.get("x-request-id", ""))
         response = await call_next(request)
-        response.headers["X-Request-ID"] = request_id
-        fields = {
-            "method": request.method,
-            "path": request.url.path,
-            "status": response.status_code,
-            "duration_ms": round((time.perf_counter() - started) * 1000, 2),
-            "token": getattr(request.state, "token_name", None),
-            "request_id": request_id,
-        }
-        request_log.info("request", extra={"fields": fields})
+        response.headers["X-Request-ID"] = answer_id
+        token = getattr(request.state, "token_name", None)
+        shared.log_request(request.method, request.url.path, response.status_code, started, token, answer_id)
         return response
 
 
@@ -157,11 +133,13 @@ Token = Annotated[asyncpg.Record, Depends(bearer_token)]
 
 
 async def rate_limit(connection: Connection, token: Token) -> None:
-    """At most RATE_LIMIT requests per token per fixed window, each counted by one atomic upsert."""
-    now = int(time.time())
-    count = await connection.fetchval(COUNT_REQUEST, f"fastapi:{token['id']}", now // RATE_WINDOW_S * RATE_WINDOW_S)
-    if count > RATE_LIMIT:
+    """At most LIMIT requests per token per fixed window, each counted by one atomic upsert."""
+    count = await connection.fetchval(COUNT_REQUEST, f"fastapi:{token['id']}", shared.window_start())
+    if count > shared.LIMIT:
         raise ApiError(429, 42900, "Too many requests for this token.")
+
+
+EQUAL_WORK_DEPENDENCIES = [Depends(rate_limit)] if EQUAL_WORK else []
 
 
 async def new_plant(request: Request) -> NewPlant:
@@ -178,17 +156,8 @@ async def new_plant(request: Request) -> NewPlant:
         raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in error.errors()]) from None
 
 
-@app.post(
-    "/plants",
-    response_model=Plant,
-    response_model_exclude_none=True,
-    dependencies=[Depends(rate_limit)] if EQUAL_WORK else [],
-)
-async def create_plant(
-    connection: Connection,
-    token: Token,
-    plant: Annotated[NewPlant, Depends(new_plant)],
-) -> Plant:
+@app.post("/plants", response_model=Plant, response_model_exclude_none=True, dependencies=EQUAL_WORK_DEPENDENCIES)
+async def create_plant(connection: Connection, token: Token, plant: Annotated[NewPlant, Depends(new_plant)]) -> Plant:
     try:
         await connection.execute(INSERT_PLANT, plant.id, plant.name, plant.tag, datetime.now(UTC))
     except asyncpg.UniqueViolationError:
@@ -200,11 +169,4 @@ async def create_plant(
 
 @app.get("/livez")  # a unit is ready once it answers (deploy/unit.py)
 async def live() -> dict:
-    return {"status": "ok"}
-
-
-@app.get("/healthz")
-async def health() -> dict:
-    async with app.state.pool.acquire() as connection:
-        await connection.fetchval("SELECT 1")
     return {"status": "ok"}

@@ -1,14 +1,8 @@
-"""Settings shared by the Django peers of `make bench`: what `startproject` writes, plus DATABASE_URL.
-
-Idiomatic on purpose: the default apps and middleware, persistent connections as
-cookiecutter-django sets them (CONN_MAX_AGE 60), no request log (Django's default logging); prepared
-statements when the service has them (DJANGO_DB_PREPARED_STATEMENTS, as bench/run.py passes it).
-
-PEER_EQUAL_WORK=1 selects the equal-work variant, which does what the service does besides the token
-lookup and the INSERT: it counts each request against a per-token limit (bench/peers/rate_limit.py,
-through each framework's throttle hook) and writes one JSON log line per request, to stderr as the
-service does (bench/peers/request_log.py).
-"""
+"""The Django peers' settings: what `startproject` writes, plus DATABASE_URL, for the peer PEER names
+(`drf` or `ninja`: bench/peers/drf.py, ninja.py). Idiomatic on purpose: the default apps and middleware,
+persistent connections as cookiecutter-django sets them (CONN_MAX_AGE 60), no request log; statements
+prepared as the service's (DJANGO_DB_PREPARED_STATEMENTS, which bench/run.py sets); with PEER_EQUAL_WORK=1,
+the request log to stderr (bench/peers/equal_work.py)."""
 
 import os
 
@@ -19,6 +13,8 @@ SECRET_KEY = environment["DJANGO_SECRET_KEY"]
 DEBUG = False
 ALLOWED_HOSTS = environment.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1").split(",")
 PEER_EQUAL_WORK = environment.get("PEER_EQUAL_WORK", "") == "1"
+PEER = environment["PEER"]
+ROOT_URLCONF = "bench.peers.urls"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -28,6 +24,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "bench.peers.tables",
+    *(["rest_framework"] if PEER == "drf" else []),
 ]
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -61,12 +58,17 @@ USE_TZ = True
 STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+REST_FRAMEWORK = {  # authentication and permission on the view (bench/peers/drf.py), which defines them
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+}
+
 if PEER_EQUAL_WORK:
-    MIDDLEWARE = ["bench.peers.request_log.RequestLogMiddleware", *MIDDLEWARE]  # first: it times the rest
+    MIDDLEWARE = ["bench.peers.equal_work.RequestLogMiddleware", *MIDDLEWARE]  # first: it times the rest
     LOGGING = {
         "version": 1,
         "disable_existing_loggers": False,
-        "formatters": {"json": {"()": "bench.peers.json_log.JsonFormatter"}},
+        "formatters": {"json": {"()": "bench.peers.shared.JsonFormatter"}},
         "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
         "loggers": {"bench.peers.requests": {"handlers": ["console"], "level": "INFO", "propagate": False}},
     }

@@ -22,12 +22,17 @@ class Plant(models.Model):
 
 
 class ApiTokenQuerySet(models.QuerySet):
-    def active(self):
-        """Neither revoked nor expired."""
-        now = timezone.now()
-        return self.filter(revoked_at__isnull=True).filter(
-            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
+    def authenticate(self, secret: bytes):
+        """The token of `secret` if neither revoked nor expired, its use recorded; else None."""
+        active = self.filter(revoked_at__isnull=True).filter(
+            models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=timezone.now())
         )
+        try:
+            token = active.get(digest=hashlib.sha256(secret).hexdigest())
+        except self.model.DoesNotExist:
+            return None
+        token.touch()
+        return token
 
 
 class ApiToken(models.Model):
@@ -47,8 +52,7 @@ class ApiToken(models.Model):
         managed = False
         db_table = "plants_apitoken"
 
-    # The token is the request's user: DRF's IsAuthenticated asks it this.
-    is_authenticated = True
+    is_authenticated = True  # the token is the request's user: DRF's IsAuthenticated asks it this
 
     def __str__(self) -> str:
         return self.name
@@ -61,10 +65,7 @@ class ApiToken(models.Model):
 
 
 class RateLimitCounter(models.Model):
-    """A key's request count in its current fixed window: the service's table, UNLOGGED on PostgreSQL.
-
-    The peers' equal-work variants count here too, each on keys of its own (bench/peers/rate_limit.py).
-    """
+    """A key's request count in its current fixed window: the service's table, UNLOGGED on PostgreSQL."""
 
     key = models.CharField(primary_key=True, max_length=64)
     window_start = models.BigIntegerField()
@@ -76,7 +77,3 @@ class RateLimitCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key}: {self.count}"
-
-
-def token_digest(secret: bytes) -> str:
-    return hashlib.sha256(secret).hexdigest()

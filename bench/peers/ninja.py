@@ -1,34 +1,30 @@
-"""The django-ninja peer's API: a pydantic schema, HttpBearer authentication by digest, one operation;
-with PEER_EQUAL_WORK=1, a throttle counting each request per token (bench/peers/rate_limit.py)."""
+"""The django-ninja peer of `make bench`: POST /plants as django-ninja's tutorial writes it. Never deployed.
+
+A pydantic schema, HttpBearer authentication by digest, one operation; with PEER_EQUAL_WORK=1, a throttle
+counting each request per token."""
 
 from django.conf import settings
 from django.db import IntegrityError
+from django.urls import path
 from ninja import Field, NinjaAPI, Schema
 from ninja.security import HttpBearer
 from ninja.throttling import BaseThrottle
 
-from bench.peers.rate_limit import LIMIT, count_request, seconds_to_next_window
-from bench.peers.tables.models import ApiToken, Plant, token_digest
+from bench.peers.equal_work import count_request, seconds_to_next_window
+from bench.peers.shared import LIMIT
+from bench.peers.tables.models import ApiToken, Plant
 
 
 class BearerToken(HttpBearer):
     """`Authorization: Bearer plnt_…`: the token row is read by its digest on every request."""
 
     def authenticate(self, request, token: str):
-        try:
-            api_token = ApiToken.objects.active().get(digest=token_digest(token.encode()))
-        except ApiToken.DoesNotExist:
-            return None  # ninja answers 401
-        api_token.touch()
-        return api_token
+        return ApiToken.objects.authenticate(token.encode())  # None: ninja answers 401
 
 
 class TokenRateThrottle(BaseThrottle):
-    """At most LIMIT requests per token per fixed window, each counted by one atomic upsert.
-
-    django-ninja runs throttles after authentication: request.auth is the ApiToken. One instance
-    serves every request, on every thread: it keeps no state of a request.
-    """
+    """At most LIMIT requests per token per fixed window; ninja throttles after authentication (request.auth).
+    One instance serves every request, on every thread: it keeps no state of a request."""
 
     def allow_request(self, request) -> bool:
         return count_request(f"ninja:{request.auth.pk}") <= LIMIT
@@ -60,3 +56,6 @@ def duplicate_id(request, exc):
 @api.post("/plants", response=PlantOut)
 def create_plant(request, payload: PlantIn):
     return Plant.objects.create(**payload.dict())
+
+
+urlpatterns = [path("", api.urls)]
