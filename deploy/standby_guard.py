@@ -41,12 +41,12 @@ TIMEOUTS = {"connect_timeout": 2, "tcp_user_timeout": 2000, "keepalives_idle": 1
 REPORTED_AFTER_S = 0.5
 NODES = (
     "SELECT nodeid, nodename, nodehost, nodeport, reportedstate, goalstate,"
-    " extract(epoch FROM now() - reporttime), health = 1 AND reportedpgisrunning"
+    " extract(epoch FROM now() - reporttime)::float8, health = 1 AND reportedpgisrunning"
     " FROM pgautofailover.node WHERE formationid = %s AND groupid = %s ORDER BY nodeid"
 )
 # The oldest commit waiting for the synchronous standby, in seconds (0: none), and the WAL written so far.
 WAITING = (
-    "SELECT coalesce(extract(epoch FROM max(clock_timestamp() - query_start)), 0), pg_current_wal_lsn()"
+    "SELECT coalesce(extract(epoch FROM max(clock_timestamp() - query_start))::float8, 0), pg_current_wal_lsn()"
     " FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
 )
 

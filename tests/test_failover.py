@@ -748,6 +748,7 @@ def test_replication_stalled_for_20_s_under_load_moves_the_primary_to_wait_prima
     token = issue_token(healthy, f"stalled-{stalled[4:11]}-client")
     primary, (standby,) = healthy.primary(), healthy.standbys()
     node, kind = (standby, b"walreceiver") if "standby" in stalled else (primary, b"walsender")
+    assert healthy.guard.running(), healthy.guard.log_path.read_text()
     stopped = replication_process(node, kind)
     url = f"{cluster.url}/plants"
     states: list[tuple[float, dict]] = []  # (seconds after the stall began, the monitor's states)
