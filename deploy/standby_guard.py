@@ -11,8 +11,10 @@ alone: when only the replication stalls (the standby's walreceiver stopped, or t
 two nodes cut while the monitor reaches both), the standby stays `secondary`, the primary names it
 synchronous, and every commit waits for it for as long as the stall lasts
 (hapostgres/pg_auto_failover#997, fixed after 2.2). This guard watches the primary's commits: when the
-oldest has waited `--after` seconds for the standby, and the standby's keeper has reported since that
-commit began (so the monitor sees it up and will not act itself, as it does for a standby lost), it
+oldest has waited `--after` seconds for the standby, the standby has confirmed nothing more since the
+last check (one catching up, after a partition healed, is left to finish), and its keeper has reported
+since that commit began (so the monitor sees it up and will not act itself, as it does for a standby
+lost), it
 asks the monitor to put the standby in maintenance (`pg_autoctl enable maintenance`'s call). The
 monitor then moves the primary to `wait_primary` (no synchronous standby), the waiting commits
 complete, flushed on the primary only, and the primary takes creates alone, as it does when the
@@ -44,9 +46,11 @@ NODES = (
     " extract(epoch FROM now() - reporttime)::float8, health = 1 AND reportedpgisrunning"
     " FROM pgautofailover.node WHERE formationid = %s AND groupid = %s ORDER BY nodeid"
 )
-# The oldest commit waiting for the synchronous standby, in seconds (0: none), and the WAL written so far.
+# The oldest commit waiting for the synchronous standby, in seconds (0: none), the WAL written so far,
+# and how far the standby has confirmed it (None: not connected).
 WAITING = (
-    "SELECT coalesce(extract(epoch FROM max(clock_timestamp() - query_start))::float8, 0), pg_current_wal_lsn()"
+    "SELECT coalesce(extract(epoch FROM max(clock_timestamp() - query_start))::float8, 0), pg_current_wal_lsn(),"
+    " (SELECT flush_lsn::text FROM pg_stat_replication WHERE application_name = %s)"
     " FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
 )
 
@@ -66,6 +70,8 @@ class Guard:
         self.monitor, self.user, self.dbname = monitor, user, dbname
         self.formation, self.group, self.after = formation, group, after
         self.held: tuple[int, str, str] | None = None
+        # What the standby had confirmed at the last check: one that confirms more is catching up, not stalled.
+        self.confirmed: str | None = "unknown"
 
     def monitor_call(self, sql: str, *arguments) -> list[tuple]:
         with psycopg.connect(self.monitor, autocommit=True, **TIMEOUTS) as conn:
@@ -89,8 +95,9 @@ class Guard:
         if len(nodes) != 2 or len(primaries) != 1 or len(standbys) != 1:
             return  # not a settled pair: the monitor is deciding
         (_, _, host, port, *_), (standby_id, name, *_, report_age, up) = primaries[0], standbys[0]
-        waited, lsn = self.node(host, port, WAITING)
-        if waited >= self.after and up and report_age < waited - REPORTED_AFTER_S:
+        waited, lsn, confirmed = self.node(host, port, WAITING, f"pgautofailover_standby_{standby_id}")
+        stalled, self.confirmed = confirmed == self.confirmed, confirmed
+        if waited >= self.after and up and report_age < waited - REPORTED_AFTER_S and stalled:
             self.monitor_call("SELECT pgautofailover.start_maintenance(%s)", standby_id)
             self.held = (standby_id, name, lsn)
             log(f"a commit has waited {waited:.1f} s for {name}, whose keeper reports: {name} put in maintenance")

@@ -29,9 +29,12 @@ class Recorded(Guard):
         return self.answers.pop(0)
 
 
-def test_standby_whose_keeper_reports_while_a_commit_waits_2_s_is_put_in_maintenance():
-    guard = Recorded([PRIMARY, standby(report_age=0.3)], [(2.4, "0/3000060")])
+def test_standby_that_confirms_nothing_while_its_keeper_reports_and_a_commit_waits_2_s_is_put_in_maintenance():
+    guard = Recorded(
+        [PRIMARY, standby(report_age=0.3)], [(1.9, "0/3000060", "0/2000000"), (2.4, "0/3000060", "0/2000000")]
+    )
 
+    guard.check()
     guard.check()
 
     assert guard.calls == [("SELECT pgautofailover.start_maintenance(%s)", (2,))]
@@ -39,8 +42,9 @@ def test_standby_whose_keeper_reports_while_a_commit_waits_2_s_is_put_in_mainten
 
 
 def test_commits_waiting_under_2_s_change_nothing():
-    guard = Recorded([PRIMARY, standby()], [(1.9, "0/3000060")])
+    guard = Recorded([PRIMARY, standby()], [(1.9, "0/3000060", None), (1.9, "0/3000060", None)])
 
+    guard.check()
     guard.check()
 
     assert (guard.calls, guard.held) == ([], None)
@@ -49,11 +53,23 @@ def test_commits_waiting_under_2_s_change_nothing():
 def test_standby_whose_keeper_has_not_reported_since_the_commit_began_is_left_to_the_monitor():
     # A lost standby: its keeper's last report is older than the wait, or the monitor's checks fail.
     for lost in (standby(report_age=2.5), standby(report_age=0.3, up=False)):
-        guard = Recorded([PRIMARY, lost], [(2.4, "0/3000060")])
+        guard = Recorded([PRIMARY, lost], [(2.4, "0/3000060", None), (2.4, "0/3000060", None)])
 
+        guard.check()
         guard.check()
 
         assert (guard.calls, guard.held) == ([], None)
+
+
+def test_standby_catching_up_is_left_to_finish():
+    # After a partition healed: the commits have waited long, the standby confirms more at each check.
+    answers = [(20.0, "0/3000060", "0/2000000"), (20.5, "0/3000090", "0/2800000"), (21.0, "0/30000c0", "0/3000000")]
+    guard = Recorded([PRIMARY, standby()], answers)
+
+    for _ in answers:
+        guard.check()
+
+    assert (guard.calls, guard.held) == ([], None)
 
 
 def test_pair_not_settled_is_left_to_the_monitor():
