@@ -91,6 +91,7 @@ def report(cluster: Cluster, database: FailoverDatabase) -> None:
   The formation's state, and a planned switchover:
     {shutil.which("pg_autoctl")} show state --monitor '{database.monitor_url}'
     {sys.executable} -m deploy.switchover {shlex.join(database.switchover_arguments())}
+  deploy/standby_guard.py runs beside the monitor (its log: {database.guard.log_path}).
   Both nodes archive into one pgBackRest repository ({database.repository}); the backups and the WAL
   there, then a backup on the primary's host (node1's configuration while node1 is the primary):
     {as_postgres}env PGBACKREST_CONFIG={database.nodes[0].pgbackrest_config} pgbackrest --stanza=plantstore info
@@ -129,6 +130,9 @@ def watch(cluster: Cluster, database: FailoverDatabase, asked: list[str]) -> int
             if node.process.poll() is not None and node.name not in reported:
                 reported.add(node.name)
                 print(f"database {node.name} exited; {consequence}", flush=True)
+        if not database.guard.running() and "standby_guard" not in reported:
+            reported.add("standby_guard")
+            print("the standby guard exited; a stalled standby holds every create until it is back", flush=True)
     return 0
 
 

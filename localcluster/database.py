@@ -6,7 +6,9 @@ host. The app servers reach the primary by one libpq connection string naming ev
 `target_session_attrs=read-write`: libpq tries the nodes in turn and keeps the one that takes writes.
 Both data nodes archive their WAL with pgBackRest as docs/operating.md sets a pair up (deploy/pgbackrest.conf,
 deploy/postgresql-archiving.conf), into one repository folder standing in for the shared repository:
-whichever node is the primary archives.
+whichever node is the primary archives. deploy/standby_guard.py runs beside the monitor, as on its host:
+a standby whose replication stalls while it answers the monitor is put in maintenance, so the primary
+stops waiting for it.
 Servers run as `postgres` when started as root (initdb and pg_autoctl refuse root), on loopback ports.
 """
 
@@ -22,7 +24,7 @@ from pathlib import Path
 
 import psycopg
 
-from deploy.processes import ROOT, render, stop_process, wait_until
+from deploy.processes import ROOT, ServerProcess, render, stop_process, wait_until
 from localcluster.cluster import CONFIG, as_unprivileged_user
 from localcluster.processes import descendants, free_port
 
@@ -173,6 +175,8 @@ class FailoverDatabase:
         # folder mounted from the backup host, here one folder.
         self.repository = self.work_dir / "pgbackrest-repository"
         self.socket_dir = Path("/var/run/postgresql")  # where pg_autoctl has PostgreSQL's socket: Debian's default
+        guard = [sys.executable, "-m", "deploy.standby_guard", *self.switchover_arguments()]
+        self.guard = ServerProcess("standby_guard", guard, os.environ, self.work_dir / "standby_guard.log", supervised)
 
     def configure_pgbackrest(self, node: DataNode, cipher_pass: str) -> None:
         """deploy/pgbackrest.conf as on `node`'s host: the same repository and passphrase on every node,
@@ -225,6 +229,7 @@ class FailoverDatabase:
             for node in self.nodes[1:]:
                 node.create()
             self.wait_until_healthy(timeout=120)
+            self.guard.launch()
         except BaseException as error:
             logs = "\n".join(f"--- {node.name}\n{node.log()[-3000:]}" for node in [self.monitor, *self.nodes])
             self.stop()
@@ -337,6 +342,7 @@ class FailoverDatabase:
             return cursor.fetchall() if cursor.description else []
 
     def stop(self) -> None:
+        self.guard.stop()
         for node in [*self.nodes, self.monitor]:
             node.stop()
         shutil.rmtree(self.work_dir, ignore_errors=True)

@@ -1,6 +1,6 @@
 """The database survives the loss of its primary: make cluster's tier (localcluster/database.py) under load.
 
-A host lost, a switchover, a standby lost, and the backups restored across a switchover and a host lost
+A host lost, a switchover, a standby lost, its replication stalled, and the backups restored across a switchover and a host lost
 (last: it leaves a host lost), on one formation and cluster for the module (tests/failover.py); tests/test_cluster.py's cases that depend on the database (one winner of a
 duplicate race, a revoke seen from the next request) run here too, on this tier. Network partitions
 are tests/test_partitions.py's.
@@ -701,3 +701,87 @@ def archived_timeline(database: FailoverDatabase, node: DataNode) -> int:
     """The timeline of the newest WAL segment in the repository, as `pgbackrest info` shows it."""
     (stanza,) = json.loads(database.pgbackrest(node, "--output=json", "info"))
     return int(stanza["archive"][0]["max"][:8], 16)
+
+
+# How long the standby's replication stays stalled, as the fault was first met: longer than the client's
+# 10 s timeout and than the monitor's every timer.
+STALL_SECONDS = 20
+# Every create answered within this, whatever the formation's state (the client's timeout in Load).
+ANSWER_WITHIN_SECONDS = 10
+
+
+class TimedLoad(Load):
+    """Load that also remembers each create's (when sent, seconds to its answer, status)."""
+
+    def __init__(self, *arguments, **options):
+        super().__init__(*arguments, **options)
+        self.took: list[tuple[float, float, int | None]] = []
+
+    def create(self, plant_id: int) -> int | None:
+        sent = time.monotonic()
+        status = super().create(plant_id)
+        with self.lock:
+            self.took.append((sent, time.monotonic() - sent, status))
+        return status
+
+
+def replication_process(node: DataNode, kind: bytes) -> int:
+    """The process of `node`'s PostgreSQL that carries the WAL to the standby or from the primary:
+    its walsender (on the primary) or its walreceiver (on the standby)."""
+    (pid,) = [pid for pid in descendants(node.process.pid) if kind in command_line(pid)]
+    return pid
+
+
+@pytest.mark.parametrize("stalled", ["the standby's walreceiver", "the primary's walsender"])
+def test_replication_stalled_for_20_s_under_load_moves_the_primary_to_wait_primary_and_answers_every_create_within_10_s(
+    healthy, cluster, stalled
+):
+    """The standby's walreceiver, or the primary's walsender for it, stopped (SIGSTOP) for STALL_SECONDS
+    under load: both nodes' PostgreSQL, keepers and ports answer the monitor, which sees nothing wrong,
+    and the primary's commits wait for the standby. deploy/standby_guard.py (run beside the monitor) puts
+    the standby in maintenance once a commit has waited 2 s: the monitor moves the primary to
+    wait_primary, the waiting commits complete, and creates go on with one copy, as with the standby
+    lost. Every create is answered within 10 s, a 200 or a 503 Error body (a retry of the same create,
+    waiting on the first one's lock, is refused at lock_timeout); every 200 is on the primary; once the
+    process resumes the standby catches up, the guard ends its maintenance, and the pair is a primary
+    and a synchronous standby again, holding every create."""
+    token = issue_token(healthy, f"stalled-{stalled[4:11]}-client")
+    primary, (standby,) = healthy.primary(), healthy.standbys()
+    node, kind = (standby, b"walreceiver") if "standby" in stalled else (primary, b"walsender")
+    assert healthy.guard.running(), healthy.guard.log_path.read_text()
+    stopped = replication_process(node, kind)
+    url = f"{cluster.url}/plants"
+    states: list[tuple[float, dict]] = []  # (seconds after the stall began, the monitor's states)
+    first_id = 1_000_000 if "standby" in stalled else 1_100_000
+    with TimedLoad(url, token, clients=4, retry=True, first_id=first_id, timeout=ANSWER_WITHIN_SECONDS) as load:
+        load.wait_for(40)
+        os.kill(stopped, signal.SIGSTOP)
+        stalled_at = time.monotonic()
+        try:
+            while (elapsed := time.monotonic() - stalled_at) < STALL_SECONDS:
+                states.append((elapsed, healthy.states()))
+                time.sleep(0.2)
+        finally:
+            os.kill(stopped, signal.SIGCONT)
+        resumed_at = time.monotonic()
+        healthy.wait_until_healthy(timeout=60)
+        converged_after = time.monotonic() - resumed_at
+        load.wait_for(len(load.answers) + 40)
+
+    one_copy = [at for at, seen in states if seen[primary.name] == ("wait_primary", "wait_primary")]
+    # Every create answered after the stall began, those in flight then among them.
+    during = [(status, took) for sent, took, status in load.took if sent + took > stalled_at]
+    log.info(
+        "%s stalled: the primary in wait_primary %.1f s after the stall began; the slowest answer %.1f s;"
+        " %d 503s of %d answers since; the pair synchronous again %.1f s after the process resumed",
+        *(stalled, min(one_copy, default=-1), max(took for _, took in during)),
+        *([status for status, _ in during].count(503), len(during), converged_after),
+    )
+    assert_only_created_or_unavailable(load)  # no answer missing: each within the client's 10 s
+    assert one_copy and states[-1][1][standby.name] == ("maintenance", "maintenance")
+    late = [status for _, status, _, _, sent in load.answers if stalled_at + one_copy[0] + 5 < sent < resumed_at]
+    assert len(late) >= 20 and set(late) == {200}
+    acknowledged = load.ids_with(200)
+    assert healthy.primary() is primary and acknowledged <= stored_ids(primary)
+    assert synchronous_state(primary)[0] != ""
+    wait_until(lambda: acknowledged <= stored_ids(standby), None, 10, "the standby's copy")
