@@ -103,6 +103,6 @@ class RateLimitCounter(models.Model):
 
 def quoted_names(model: type[models.Model], *field_names: str) -> tuple[str, ...]:
     """The model's table, then each named field's column, quoted as the database quotes them: the
-    names a hand-written statement of the hot path uses (plants/authentication.py, plants/rate_stores.py)."""
+    names the rate-limit count's upsert uses (plants/rate_stores.py)."""
     quote, meta = connection.ops.quote_name, model._meta
     return quote(meta.db_table), *(quote(meta.get_field(name).column) for name in field_names)
