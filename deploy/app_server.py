@@ -31,13 +31,14 @@ def setting(env: dict, name: str) -> int:
         raise SystemExit(f"{name} must be a whole number, not {value!r}") from None
 
 
-def granian_command(env: dict) -> list[str]:
+def granian_command(env: dict, socket_mode: str = "0o600") -> list[str]:
     """Granian (from the venv) serving the service on `{socket}` as production runs it: the program
-    first, the WSGI application last."""
+    first, the WSGI application last. The socket is the user's alone (`socket_mode`: the systemd
+    slot's is its group's too, nginx's way in)."""
     workers, threads = setting(env, "APP_PROCESSES"), setting(env, "APP_THREADS")
     return [
         str(BIN / "granian"),
-        *("--interface=wsgi", "--http=1", "--no-ws", "--uds={socket}", "--uds-permissions=0o600"),
+        *("--interface=wsgi", "--http=1", "--no-ws", "--uds={socket}", f"--uds-permissions={socket_mode}"),
         f"--workers={workers}",
         f"--blocking-threads={threads}",
         f"--backpressure={BACKPRESSURE}",
@@ -52,7 +53,9 @@ def granian_command(env: dict) -> list[str]:
 if __name__ == "__main__":
     # The systemd install's slot (deploy/systemd/plantstore-app@.service): Granian itself, in this
     # process's place, on the socket given, with the unit's settings and APP_ENVIRONMENT beneath them.
+    # The socket is the group's too: nginx, a user of its own, is in the slot's group (the folder
+    # holding the socket, the unit's runtime directory, is the group's alone: no other user reaches it).
     import sys
 
-    command = [part.format(socket=sys.argv[1]) for part in granian_command(os.environ)]
+    command = [part.format(socket=sys.argv[1]) for part in granian_command(os.environ, socket_mode="0o660")]
     os.execve(command[0], command, {**APP_ENVIRONMENT, **os.environ})

@@ -14,6 +14,7 @@ import pytest
 
 from deploy.processes import wait_until
 from tests.installed_unit import (
+    EDGE_FILE,
     ENV_FILE,
     FAILOVER_URL,
     MANAGE,
@@ -412,7 +413,7 @@ def test_their_sandbox_is_in_force_inside_them(deployed):
     # Every process of the services' cgroups: its user, capabilities, no_new_privs, seccomp mode.
     status = deployed.host.run(
         "for pid in $(grep -lE '/plantstore-(nginx|app@[ab])\\.service$' /proc/[0-9]*/cgroup | cut -d/ -f3); do"
-        " echo $(ps -o user= -p $pid) $(grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/$pid/status | cut -f2);"
+        " echo $(ps -o user:20= -p $pid) $(grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/$pid/status | cut -f2);"
         " done"
     ).stdout.splitlines()
     # In the slot's mount namespace, as root: ProtectSystem=strict's read-only file system, not
@@ -425,7 +426,10 @@ def test_their_sandbox_is_in_force_inside_them(deployed):
     host_tmp = deployed.host.run("ls /tmp").stdout.split()
 
     assert len(status) >= 5, status  # nginx's master and worker, Granian and its 2 workers
-    assert set(status) == {"plantstore 0000000000000000 0000000000000000 1 2"}
+    # nginx's processes as plantstore-edge, the app's as plantstore.
+    assert set(status) == {
+        f"{user} 0000000000000000 0000000000000000 1 2" for user in ("plantstore", "plantstore-edge")
+    }
     assert inside.stderr.splitlines() == [
         "touch: cannot touch '/opt/plantstore/probe': Read-only file system",
         "touch: cannot touch '/etc/probe': Read-only file system",
@@ -434,6 +438,66 @@ def test_their_sandbox_is_in_force_inside_them(deployed):
         ["state directory written", "sandbox-probe"],
         False,
     )
+
+
+SECRETS = ("DJANGO_SECRET_KEY", "DATABASE_URL", "PLANTS_METRICS_TOKEN")
+
+
+def test_nginx_runs_as_its_own_user_holds_no_secret_and_reaches_the_slot_s_socket_through_its_group(deployed):
+    """From inside the host: nginx's master and workers hold none of the app's secrets in their
+    environment, nginx's user reads neither the settings file, a slot's copy nor the app's
+    environment; the slot's socket is its group's (nginx's way in), no other user's; a create through
+    nginx is answered."""
+    host, slot = deployed.host, deployed.slot()
+    master = deployed.show("plantstore-nginx", "MainPID")["MainPID"]
+    nginx = [master, *host.run(f"pgrep -P {master}").stdout.split()]
+    # nginx writes its process title over the environment's first copy, which /proc/PID/environ reads:
+    # neither a secret's name nor its value is there, nor in what systemd gives the unit (the edge file).
+    environments = {pid: host.run(f"tr '\\0' '\\n' </proc/{pid}/environ").stdout for pid in nginx}
+    settings = host.run(f"cat /etc/plantstore/slots/{slot}.env").stdout.splitlines()
+    secret_lines = [line for line in settings if line.split("=", 1)[0] in SECRETS]
+    given = deployed.show("plantstore-nginx", "EnvironmentFiles", "Environment")
+    edge = host.run(f"cat {EDGE_FILE}").stdout
+    users = host.run(f"ps -o user:20=,group:20=,supgrp:40= -p {','.join(nginx)}").stdout.splitlines()
+    app = [deployed.app_main(), *sorted(deployed.app_workers())]
+    unreadable = [ENV_FILE, f"/etc/plantstore/slots/{slot}.env", *(f"/proc/{pid}/environ" for pid in app)]
+    read = [host.run(f"runuser -u plantstore-edge -- cat {path}", check=False) for path in unreadable]
+    modes = host.run(f"stat -c '%n %U %G %a' /run/plantstore/{slot} /run/plantstore/{slot}/app.sock").stdout
+    probe = (
+        f"env -C /opt/plantstore $(grep ^DJANGO_ALLOWED_HOSTS= {EDGE_FILE}) .venv/bin/python -m deploy.probe"
+        f" --socket /run/plantstore/{slot}/app.sock /livez"
+    )
+    # Another user (nobody) cannot reach the socket; nginx's user, with the group its unit gives it, can.
+    other = host.run(f"runuser -u nobody -- {probe}", check=False)
+    in_group = host.run(f"runuser -u plantstore-edge -G plantstore -- {probe}", check=False)
+    created = deployed.create(26_000, deployed.token)[0]
+
+    assert len(nginx) >= 2, nginx  # the master and its worker
+    assert len(secret_lines) == len(SECRETS), [line.split("=", 1)[0] for line in settings]
+    leaked = {
+        pid: [
+            line.split("=", 1)[0]
+            for line in secret_lines
+            if line.split("=", 1)[0] in text or line.split("=", 1)[1] in text
+        ]
+        for pid, text in environments.items()
+    }
+    assert leaked == {pid: [] for pid in nginx}
+    assert given["EnvironmentFiles"].split()[0] == EDGE_FILE
+    assert [name for name in SECRETS if name in edge or name in given["Environment"]] == []
+    assert f"PLANTS_APP_SLOT={slot}" in edge.splitlines()
+    assert [(user, group, "plantstore" in groups.split(",")) for user, group, groups in map(str.split, users)] == [
+        ("plantstore-edge", "plantstore-edge", True)
+    ] * len(nginx)
+    assert [(done.returncode, done.stdout, "Permission denied" in done.stderr) for done in read] == [
+        (1, "", True)
+    ] * len(unreadable), [done.stderr for done in read]
+    assert modes.splitlines() == [
+        f"/run/plantstore/{slot} plantstore plantstore 750",
+        f"/run/plantstore/{slot}/app.sock plantstore plantstore 660",
+    ]
+    assert (other.returncode, in_group.returncode) == (1, 0), (other.stderr, in_group.stderr)
+    assert created == 200
 
 
 def test_systemd_analyze_verifies_the_installed_units_and_rates_each_service_s_exposure_1_5(deployed):
@@ -472,7 +536,7 @@ def test_stop_drains_succeeds_and_leaves_no_process_of_the_service_user(deployed
         deployed.show(unit, "Result", "ActiveState")
         for unit in ("plantstore-nginx", f"plantstore-app@{deployed.slot()}")
     ]
-    left = deployed.host.run("ps -u plantstore -o pid=,args=", check=False)
+    left = deployed.host.run("ps -u plantstore,plantstore-edge -o pid=,args=", check=False)
     journal = deployed.journal(since)
     started = deployed.host.run("systemctl start plantstore.target", check=False)
     # systemctl start returned once /livez answered through nginx (ExecStartPost=): no wait after it.
