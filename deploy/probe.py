@@ -5,6 +5,7 @@ any other Host with a 400: so every probe names the first allowed host (docs/dec
 
     python -m deploy.probe [/healthz]    # exit 0 when the path answers 200 (the image's HEALTHCHECK: /livez)
     python -m deploy.probe --socket SOCKET --wait PID /livez    # the app server's own, on its socket
+    python -m deploy.probe --header X-Upstream /_edge/upstream  # and print the 200's header (the release's)
 
 --wait PID probes until the path answers 200 (exit 0) or process PID has gone or 90 s have passed
 (exit 1): the systemd units' ExecStartPost=, so `systemctl start` returns once the unit serves, and
@@ -17,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from deploy.processes import http_status, with_env_file
+from deploy.processes import http_answer, with_env_file
 
 
 def probe_host(allowed_hosts: str) -> str:
@@ -46,12 +47,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("path", nargs="?", default="/healthz")
     parser.add_argument("--socket", type=Path, help="the app server's unix socket, not nginx's address")
     parser.add_argument("--wait", type=int, metavar="PID", help="probe until 200 while PID runs")
+    parser.add_argument("--header", help="print this header of the 200 (empty when it has none)")
     args = parser.parse_args(argv)
     env = with_env_file(os.environ)
     where = local_url(listen_address(env))  # where the unit listens, as deploy/serve.py says
     url, host = f"{where}{args.path}", probe_host(env.get("DJANGO_ALLOWED_HOSTS", ""))
     deadline = time.monotonic() + WAIT_S
-    while (status := http_status(url, timeout=5, unix_socket=args.socket, host=host)) != 200:
+    while (status := (answer := http_answer(url, timeout=5, unix_socket=args.socket, host=host))[0]) != 200:
         if args.wait is None:
             return 1
         if not running(args.wait) or time.monotonic() > deadline:
@@ -61,6 +63,8 @@ def main(argv: list[str]) -> int:
             sys.stderr.write(f"probe: {args.path} on {where}: {answer} ({ended})\n")
             return 1
         time.sleep(0.1)
+    if args.header:
+        sys.stdout.write(f"{answer[1].get(args.header, '')}\n")
     return 0
 
 

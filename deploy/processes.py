@@ -74,6 +74,11 @@ class UnixHTTPConnection(http.client.HTTPConnection):
 
 def http_status(url: str, timeout: float = 2, unix_socket: Path | None = None, host: str | None = None) -> int | None:
     """The status of GET `url` (to `unix_socket` if given; `host` as the Host), None when nothing answered."""
+    return http_answer(url, timeout, unix_socket, host)[0]
+
+
+def http_answer(url: str, timeout: float = 2, unix_socket: Path | None = None, host: str | None = None):
+    """GET `url` as http_status() does: (its status, its headers), (None, {}) when nothing answered."""
     host_port, _, path = url.removeprefix("http://").partition("/")
     address, _, port = host_port.rpartition(":")
     if unix_socket:
@@ -82,9 +87,10 @@ def http_status(url: str, timeout: float = 2, unix_socket: Path | None = None, h
         connection = http.client.HTTPConnection(address.strip("[]"), int(port), timeout=timeout)
     try:
         connection.request("GET", f"/{path}", headers={"Host": host or address})
-        return connection.getresponse().status
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders())
     except (OSError, http.client.HTTPException):
-        return None
+        return None, {}
     finally:
         connection.close()
 

@@ -271,7 +271,6 @@ class Unit:
             if new_app:
                 new_app.kill()
             self.socket_path.unlink(missing_ok=True)
-            (self.run_dir / "next.conf").unlink(missing_ok=True)
             self.env, self.app_env, self.app_command, self.probe_host = serving_settings
             self.generation -= 1
             raise

@@ -10,6 +10,7 @@ SQLite's own behaviour on the run's SQLite test database (`sqlite`) run in the S
 """
 
 import json
+import secrets
 
 import pytest
 from django.db import connection
@@ -23,7 +24,9 @@ from plants.rate_stores import RATE_LIMIT_CACHE
 from plants.services import token_issue
 from tests.archived_postgres import ArchivedPostgres
 from tests.clock import NOW, Clock
+from tests.installed_unit import CLIENT, FAILOVER_URL, RATE, TLS_PROXY_ADDRESS, Deployed
 from tests.live import MakeServe, database_url, live_unit
+from tests.operator_docs import OperatorDocs
 from tests.systemd_host import booted_host
 
 
@@ -191,6 +194,41 @@ def systemd_host():
     """A Debian host with systemd as PID 1 (tests/systemd_host.py), booted for the module, removed
     after it whatever happens."""
     yield from booted_host()
+
+
+@pytest.fixture(scope="module")
+def docs(systemd_host) -> OperatorDocs:
+    """The operator's pages' shell blocks, run on the module's host (tests/operator_docs.py)."""
+    return OperatorDocs(systemd_host).install()
+
+
+@pytest.fixture(scope="module")
+def deployed(systemd_host, docs) -> Deployed:
+    """The host's operator's path, as written: docs/deploying.md's install block; then what the page
+    leaves to the operator's editor and database host: the environment file edited (a secret key, the
+    metrics token, the database as the failover pair's URL, the TLS proxies), a role and a database made
+    on the host's PostgreSQL, a TLS proxy in front on the host; then the first release's block."""
+    service = Deployed(systemd_host)
+    docs.run("deploying.md", "apt-get install --no-install-recommends nginx python3-venv")
+    password = secrets.token_hex(16)
+    systemd_host.run(
+        "cd / && runuser -u postgres -- createuser plantstore && runuser -u postgres -- createdb --owner plantstore plantstore"
+        f" && runuser -u postgres -- psql -q -c \"ALTER ROLE plantstore PASSWORD '{password}'\""
+    )
+    # The TLS proxies in front: this machine, whose connections podman's published port brings from
+    # the host's gateway address, and the host's own, for the docs' requests to the public name.
+    gateway = systemd_host.run("ip -4 route show default").stdout.split()[2]
+    service.configure(
+        DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
+        PLANTS_METRICS_TOKEN=secrets.token_urlsafe(32),
+        DATABASE_URL=FAILOVER_URL.format(password=password),
+        PLANTS_TRUSTED_PROXIES=f"{gateway},{TLS_PROXY_ADDRESS}",
+        PLANTS_THROTTLE_RATE=f"{RATE}/day",
+    )
+    service.start_tls_proxy()
+    docs.run("deploying.md", "release=/opt/plantstore-releases/$(date")  # the first release: slot a, then nginx
+    service.token = service.issue(CLIENT)
+    return service
 
 
 @pytest.fixture

@@ -20,6 +20,9 @@ RATE = 1_000_000
 MANAGE = "cd /opt/plantstore && deploy/plantstore-manage"
 RELEASE = "/opt/plantstore/deploy/plantstore-release"
 EDGE_FILE = "/etc/plantstore/edge.env"  # what nginx is given, the serving slot among it
+# The tests' own token, issued once the service runs; the docs' token is billing-service's.
+CLIENT = "tests-client"
+REFUSED_KEY = "change-me-to-50-random-characters"  # .env.example's placeholder: the app refuses to start on it
 # The TLS proxy in front of the unit on the host itself, for the docs' requests to the public name
 # (https://plants.example.com, looked up in the host's /etc/hosts): Debian's nginx, run by a transient
 # unit, its certificate self-signed and added to the host's authorities (a copy of the bundle with it,
@@ -98,9 +101,35 @@ class Deployed:
         """deploy/plantstore-release, as root: the finished process (its exit status, its lines)."""
         return self.host.run(RELEASE, check=check, timeout=240)
 
+    def state(self) -> dict:
+        """What the host says serves: the slot nginx sends to (asked through it, as deploy/plantstore-release
+        asks), the slot nginx's file names, and the slots active and enabled."""
+        lines = self.host.run(
+            f"cd /opt/plantstore && DJANGO_ENV_FILE={EDGE_FILE} .venv/bin/python -m deploy.probe --header X-Upstream"
+            f" /_edge/upstream || echo; sed -n 's/^PLANTS_APP_SLOT=//p' {EDGE_FILE}"
+            " && for slot in a b; do echo $slot $(systemctl is-active plantstore-app@$slot)"
+            " $(systemctl is-enabled plantstore-app@$slot); done"
+        ).stdout.splitlines()
+        slots = [line.split() for line in lines[2:]]
+        return {
+            "nginx": lines[0].removeprefix("unix:/run/plantstore/").removesuffix("/app.sock"),
+            "file": lines[1],
+            "active": [slot for slot, active, _ in slots if active == "active"],
+            "enabled": [slot for slot, _, enabled in slots if enabled == "enabled"],
+        }
+
     def slot(self) -> str:
         """The serving slot, as nginx's file names it: a or b."""
         return self.host.run(f"sed -n 's/^PLANTS_APP_SLOT=//p' {EDGE_FILE}").stdout.strip()
+
+    def app_environment(self, name: str) -> str:
+        """The value of `name` in the environment of the app server's workers (one value for all)."""
+        values = {
+            self.host.run(f"tr '\\0' '\\n' </proc/{worker}/environ | grep '^{name}='").stdout
+            for worker in self.app_workers()
+        }
+        [value] = values
+        return value.strip().split("=", 1)[1]
 
     def issue(self, name: str) -> str:
         return self.host.run(f"{MANAGE} token issue {name}").stdout.strip()

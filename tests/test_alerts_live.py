@@ -132,8 +132,14 @@ def test_redis_the_standby_and_archiving_failing_raise_their_alerts(
             healthy.repository.chmod(0)
             FailoverDatabase.execute(primary, "CHECKPOINT")
             FailoverDatabase.execute(primary, "SELECT pg_switch_wal()")
+            # The standby's postgres_exporter answers, its database does not (pg_up 0): a target down too.
             watching.wait_for(
-                {"PlantsRateLimitsFailingOpen", "PlantsDatabaseSingleCopy", "PlantsDatabaseArchivingFailing"}
+                {
+                    "PlantsRateLimitsFailingOpen",
+                    "PlantsDatabaseSingleCopy",
+                    "PlantsDatabaseArchivingFailing",
+                    "PlantsMonitoringTargetDown",
+                }
             )
         finally:
             healthy.repository.chmod(mode)
@@ -154,7 +160,8 @@ def test_the_database_cut_off_from_the_app_servers_raises_database_unavailable(
         # at an address of its own, ADDRESSES[1]): the requests it holds wait out the database bound
         # (PLANTS_DATABASE_TIMEOUT_S), then are answered 503 and counted, until HAProxy takes it out.
         with dropped_packets(*(node.port for node in healthy.nodes), address=ADDRESSES[1]):
-            watching.wait_for({"PlantsDatabaseUnavailable"})
+            # HAProxy passes the app's 503s on: the edge's burn too, which the app's counters also see here.
+            watching.wait_for({"PlantsDatabaseUnavailable", "PlantsEdgeErrorBudgetBurn1h"})
 
     assert 503 in {status for _, status, *_ in load.answers}
 
@@ -169,7 +176,8 @@ def test_every_app_server_and_the_front_stopped_raise_their_alerts_and_one_page_
         cluster.front.stop()
         for unit in cluster.units:
             unit.stop()
-        watching.wait_for({"PlantsEdgeDown", "PlantsAppServersDown"})
+        # Each app server's own alert too (its `for:` is 10 minutes: pending, not firing, here).
+        watching.wait_for({"PlantsEdgeDown", "PlantsAppServersDown", "PlantsAppServerDown"})
         # `for: 1m`, then the route's group_wait (30 s).
         watching.wait_for({"PlantsAppServersDown"}, {"firing"}, timeout=SEEN_WITHIN_S + 60)
         wait_until(lambda: webhook.notified("page", "PlantsAppServersDown"), None, 60, "the page")

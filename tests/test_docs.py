@@ -272,3 +272,57 @@ def test_each_place_where_a_rule_lives_is_in_the_code():
 
     assert len(rows) > 20, "the table was not found"
     assert {row: unresolved_places(row) for row in rows if unresolved_places(row)} == {}
+
+
+def unit_file(name: str) -> dict[str, str]:
+    """The settings of deploy/systemd/`name` (the last of each name)."""
+    lines = (ROOT / "deploy" / "systemd" / name).read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if re.match(r"[A-Z]\w*=", line))
+
+
+def test_what_deploying_md_says_of_the_units_and_the_release_script_is_what_their_files_hold():
+    """The paths, modes, signals and timeouts docs/deploying.md states of the systemd install, each
+    written here from the file that holds it (a unit, the release script, deploy/'s constants): a
+    changed value no longer finds its sentence. The release script writes where the units read."""
+    from deploy.app_server import WORKER_STOP_S
+    from deploy.unit import NGINX_SHUTDOWN_S, NGINX_SWITCH_S
+
+    page = " ".join((ROOT / "docs" / "deploying.md").read_text().split())
+    script = (ROOT / "deploy" / "plantstore-release").read_text()
+    app, nginx = unit_file("plantstore-app@.service"), unit_file("plantstore-nginx.service")
+    socket, link, copy = app["ExecStart"].split()[-1], app["WorkingDirectory"], app["EnvironmentFile"]
+    copy_mode = re.search(rf'install -m (\d+) "\$settings" "{re.escape(copy.replace("%i", "$new"))}"', script)[1]
+    # The slot's socket: deploy/app_server.py's command, as the unit's ExecStart= runs it.
+    socket_mode = re.search(r'socket_mode="0o(\d+)"', (ROOT / "deploy" / "app_server.py").read_text())[1]
+    settings_file = re.search(r"^settings=(\S+)$", script, re.M)[1]
+    stated = [
+        f"on `{socket.replace('%i', 'a')}` (or `b`)",
+        f"(`PLANTS_APP_SLOT` in `{nginx['EnvironmentFile']}`",
+        f"the socket `0{socket_mode}`, its folder `{app['RuntimeDirectoryMode']}`",
+        f"but for `/var/lib/{app['StateDirectory']}` (a SQLite database",
+        f"`{settings_file}` holds the [configuration]",
+        f"the link `{link.replace('%i', 'b')}` (or `a`) to the release's folder",
+        f"`{copy.replace('%i', 'b')}`, a copy of the settings file (root's alone, 0{copy_mode})",
+        f"nginx first (`{nginx['KillSignal']}`: it answers what it holds, closing what is left after {NGINX_SHUTDOWN_S} s)",
+        f"`KillMode={app['KillMode']}`: its workers finish their requests, {WORKER_STOP_S} s at most",
+        f"systemd starts that one again (`Restart={app['Restart']}`)",
+        f"nginx's master held past the switch's {NGINX_SWITCH_S} s",
+        f"drains what it holds, up to {NGINX_SHUTDOWN_S} s, then the slot its requests",
+    ]
+
+    assert [sentence for sentence in stated if sentence not in page] == []
+    # The script writes what the units read: the slot's link and settings, and nginx's file.
+    assert (nginx["Restart"], f"edge_file={nginx['EnvironmentFile']}" in script) == (app["Restart"], True)
+    assert f'"{link.replace("%i", "$new")}"' in script and f'"{copy.replace("%i", "$new")}"' in script
+
+
+def test_the_supervisor_record_counts_deploy_s_python_as_it_is():
+    files = sorted((ROOT / "deploy").glob("*.py"))
+    total = sum(len(path.read_text().splitlines()) for path in files)
+    database = sum(
+        len((ROOT / "deploy" / name).read_text().splitlines()) for name in ("switchover.py", "standby_guard.py")
+    )
+    page = " ".join((ROOT / "docs" / "decisions" / "supervisor.md").read_text().split())
+
+    assert f"`deploy/`'s Python is {total:,} lines (`wc -l deploy/*.py`" in page
+    assert f"(`switchover.py`, `standby_guard.py`: {database} of them" in page

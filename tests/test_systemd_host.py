@@ -8,63 +8,33 @@ import hashlib
 import json
 import re
 import secrets
+import shutil
 import time
 
 import pytest
 
 from deploy.processes import wait_until
 from tests.installed_unit import (
+    CLIENT,
     EDGE_FILE,
     ENV_FILE,
-    FAILOVER_URL,
     MANAGE,
     RATE,
     SQLITE_URL,
-    TLS_PROXY_ADDRESS,
-    Deployed,
 )
 from tests.live import PUBLIC_HOST, Browser, request
-from tests.operator_docs import CHECKOUT, PAGES, OperatorDocs, skip_reasons
+from tests.monitoring import (
+    ShippedPrometheus,
+    WebhookReceiver,
+    alertmanager,
+    blackbox_exporter,
+    watching_directory,
+)
+from tests.operator_docs import CHECKOUT, PAGES, skip_reasons
 
 # One host per module; the host is no database of the run's: once, in the SQLite pass, as the container tests.
 pytestmark = [pytest.mark.live, pytest.mark.container]
-# The tests' own token, issued once the service runs; the docs' token is billing-service's.
-CLIENT = "tests-client"
 PSQL = "cd / && runuser -u postgres -- psql -d plantstore -Atc"
-
-
-@pytest.fixture(scope="module")
-def docs(systemd_host) -> OperatorDocs:
-    return OperatorDocs(systemd_host).install()
-
-
-@pytest.fixture(scope="module")
-def deployed(systemd_host, docs) -> Deployed:
-    """The host's operator's path, as written: docs/deploying.md's install block; then what the page
-    leaves to the operator's editor and database host: the environment file edited (a secret key, the
-    metrics token, the database as the failover pair's URL, the TLS proxies), a role and a database made
-    on the host's PostgreSQL, a TLS proxy in front on the host; then the first release's block."""
-    service = Deployed(systemd_host)
-    docs.run("deploying.md", "apt-get install --no-install-recommends nginx python3-venv")
-    password = secrets.token_hex(16)
-    systemd_host.run(
-        "cd / && runuser -u postgres -- createuser plantstore && runuser -u postgres -- createdb --owner plantstore plantstore"
-        f" && runuser -u postgres -- psql -q -c \"ALTER ROLE plantstore PASSWORD '{password}'\""
-    )
-    # The TLS proxies in front: this machine, whose connections podman's published port brings from
-    # the host's gateway address, and the host's own, for the docs' requests to the public name.
-    gateway = systemd_host.run("ip -4 route show default").stdout.split()[2]
-    service.configure(
-        DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
-        PLANTS_METRICS_TOKEN=secrets.token_urlsafe(32),
-        DATABASE_URL=FAILOVER_URL.format(password=password),
-        PLANTS_TRUSTED_PROXIES=f"{gateway},{TLS_PROXY_ADDRESS}",
-        PLANTS_THROTTLE_RATE=f"{RATE}/day",
-    )
-    service.start_tls_proxy()
-    docs.run("deploying.md", "release=/opt/plantstore-releases/$(date")  # the first release: slot a, then nginx
-    service.token = service.issue(CLIENT)
-    return service
 
 
 def test_installed_as_the_docs_say_it_starts_once_ready_on_the_failover_pair_s_url(deployed):
@@ -98,7 +68,7 @@ def test_installed_as_the_docs_say_it_starts_once_ready_on_the_failover_pair_s_u
     assert pinned[3] == pinned[4] and pinned[3].startswith("/opt/plantstore-releases/2"), pinned
     assert deployed.host.failed_units == []
     # .env.example's: no statement prepared, which a PgBouncer put in front later could lose.
-    assert app_environment(deployed, "DJANGO_DB_PREPARED_STATEMENTS") == "0"
+    assert deployed.app_environment("DJANGO_DB_PREPARED_STATEMENTS") == "0"
 
 
 def test_a_release_in_a_folder_of_its_own_then_a_rollback_under_load_fails_no_request(deployed, docs):
@@ -126,127 +96,6 @@ def test_a_release_in_a_folder_of_its_own_then_a_rollback_under_load_fails_no_re
     assert set(deployed.processes()).isdisjoint(old_workers)
     assert (new_slot != old_slot, old_state) == (True, {"ActiveState": "inactive", "UnitFileState": "disabled"})
     assert f"edge: nginx sends to /run/plantstore/{new_slot}/app.sock" in deployed.journal(since)
-
-
-REFUSED_KEY = "change-me-to-50-random-characters"  # .env.example's placeholder: the app refuses to start on it
-
-
-def test_a_failed_release_leaves_what_served_before_through_a_crash_and_a_restart_of_the_serving_slot(deployed):
-    """Three broken releases, under load: one whose code raises (its slot never answers), one whose
-    nginx config nginx refuses, one whose settings the app refuses. deploy/plantstore-release exits 1
-    naming the journal that says why, which does; the running slot serves on, every request answered.
-    Then, the settings file still refused: the serving slot killed (systemd starts it again), then
-    restarted, each time from the release and the settings it was released with; then the good
-    release, released again, serves."""
-    good = deployed.host.run("readlink -f /opt/plantstore").stdout.strip()
-    cannot_start, refused_config = "/opt/plantstore-releases/cannot-start", "/opt/plantstore-releases/refused-config"
-    deployed.host.run(
-        f"cp -a {good} {cannot_start} && echo 'raise RuntimeError(\"this release cannot start\")' "
-        f">>{cannot_start}/plantstore_site/settings.py"
-        f" && cp -a {good} {refused_config} && sed -i 's/^worker_processes 1;/worker_processes 1; no_such_directive;/'"
-        f" {refused_config}/deploy/nginx.conf"
-    )
-    key = app_environment(deployed, "DJANGO_SECRET_KEY")
-    serving, workers, since = deployed.slot(), deployed.app_workers(), deployed.now()
-    try:
-        with deployed.load(deployed.token, first_id=20_000, clients=2, limit=2000, timeout=60) as load:
-            load.wait_for(20)
-            failed = [
-                deployed.host.run(f"{release}/deploy/plantstore-release", check=False).stderr
-                for release in (cannot_start, refused_config)
-            ]
-            deployed.configure(DJANGO_SECRET_KEY=REFUSED_KEY)
-            failed.append(deployed.host.run(f"{good}/deploy/plantstore-release", check=False).stderr)
-            answered_after = len(load.answers)
-            load.wait_for(answered_after + 50)
-        journal, still = deployed.journal(since), (deployed.slot(), deployed.app_workers())
-        main = deployed.app_main()
-        deployed.host.run(f"kill -9 {main}")
-        # systemd starts it again (Restart=on-failure) once its start, ExecStartPost='s probe, succeeds.
-        back = {"ActiveState": "active", "SubState": "running"}
-        wait_until(
-            lambda: (
-                deployed.show(f"plantstore-app@{serving}", "ActiveState", "SubState") == back
-                and deployed.app_main() not in (0, main)
-            ),
-            None,
-            60,
-            "the slot back",
-        )
-        after_crash = (
-            deployed.create(23_900, deployed.token)[0],
-            deployed.host.run(f"readlink /proc/{deployed.app_main()}/cwd").stdout.strip(),
-        )
-        restarted = deployed.host.run(f"systemctl restart plantstore-app@{serving}", check=False).returncode
-        after_restart = (
-            deployed.create(23_901, deployed.token)[0],
-            app_environment(deployed, "DJANGO_SECRET_KEY") == key,
-        )
-    finally:
-        deployed.configure(DJANGO_SECRET_KEY=key)
-    back = deployed.release(check=False)
-
-    other = "b" if serving == "a" else "a"
-    did_not_start = (
-        f"plantstore-release: plantstore-app@{other} did not start: journalctl -u plantstore-app@{other} says why;"
-        f" plantstore-app@{serving} serves on"
-    )
-    # systemctl's own lines first ("Job for ... failed"), then the script's.
-    assert [stderr.splitlines()[-1] for stderr in failed] == [
-        did_not_start,
-        "plantstore-release: nginx did not switch: journalctl -u plantstore-nginx says why;"
-        f" plantstore-app@{serving} serves on",
-        did_not_start,
-    ]
-    assert any(line.endswith("RuntimeError: this release cannot start") for line in journal), journal[-30:]
-    assert any('unknown directive "no_such_directive"' in line for line in journal), journal[-30:]
-    assert [(status, text) for _, status, _, text, _ in load.answers if status != 200] == []
-    assert still == (serving, workers)
-    assert (after_crash, restarted, after_restart) == ((200, good), 0, (200, True))
-    assert back.returncode == 0 and deployed.app_workers().isdisjoint(workers)
-    assert deployed.slot() == other
-
-
-def test_a_switch_nginx_does_not_take_in_time_puts_its_running_config_back_and_the_release_fails(deployed):
-    """nginx's master stopped (SIGSTOP) through a release: no new worker within 10 s, so the switch
-    (deploy/unit.py: switch_nginx) puts the running config back and the release fails; nginx, let go,
-    reads the config it ran and serves on from the slot that served."""
-    serving, workers = deployed.serving()
-    nginx = deployed.show("plantstore-nginx", "MainPID")["MainPID"]
-    nginx_workers = lambda: set(deployed.host.run(f"pgrep -P {nginx}", check=False).stdout.split())  # noqa: E731
-    before, since = nginx_workers(), deployed.now()
-    deployed.host.run(f"kill -STOP {nginx}")
-    try:
-        failed = deployed.release(check=False)
-    finally:
-        deployed.host.run(f"kill -CONT {nginx}")
-    wait_until(lambda: nginx_workers() - before, None, 20, "nginx's workers of the config it read again")
-    created = deployed.create(25_000, deployed.token)[0]
-    journal = deployed.journal(since)
-
-    assert (failed.returncode, failed.stderr.splitlines()[-1]) == (
-        1,
-        f"plantstore-release: nginx did not switch: journalctl -u plantstore-nginx says why; plantstore-app@{serving} serves on",
-    )
-    assert any("edge: nginx did not take the new config within 10 s" in line for line in journal), journal[-20:]
-    assert (created, deployed.serving()) == (200, (serving, workers))
-
-
-def test_a_release_whose_units_differ_from_the_installed_ones_stops_before_any_change_naming_the_install(deployed):
-    release, serving, workers = deployed.host.run("readlink -f /opt/plantstore").stdout.strip(), *deployed.serving()
-    deployed.host.run("echo '# edited' >>/etc/systemd/system/plantstore.target")
-    refused = deployed.release(check=False)
-    unchanged = deployed.serving()
-    deployed.host.run(refused.stderr.rpartition("release again: ")[2])  # the command it names, as printed
-    released = deployed.release(check=False).returncode
-
-    assert (refused.returncode, refused.stderr) == (
-        1,
-        "plantstore-release: /etc/systemd/system/plantstore.target is not this release's; nothing was changed:"
-        f" install this release's units, then release again: install -m 644 {release}/deploy/systemd/*"
-        " /etc/systemd/system/ && systemctl daemon-reload\n",
-    )
-    assert (unchanged, released) == ((serving, workers), 0)
 
 
 def test_migrate_by_a_role_that_cannot_set_lock_timeout_applies_nothing_and_flush_never_sets_it(deployed):
@@ -290,16 +139,6 @@ def test_a_token_issued_tried_revoked_and_refused_as_operating_md_shows_through_
     assert deployed.create(3, deployed.token)[0] == 200  # another name's token is not touched
 
 
-def app_environment(deployed: Deployed, name: str) -> str:
-    """The value of `name` in the environment of the unit's app server workers (one value for all)."""
-    values = {
-        deployed.host.run(f"tr '\\0' '\\n' </proc/{worker}/environ | grep '^{name}='").stdout
-        for worker in deployed.app_workers()
-    }
-    [value] = values
-    return value.strip().split("=", 1)[1]
-
-
 def digest(key: str) -> str:
     """A key's SHA-256: what an assertion on a key shows, never the key."""
     return hashlib.sha256(key.encode()).hexdigest()
@@ -316,13 +155,13 @@ def test_the_secret_key_rotated_as_written_logs_the_admins_out_and_api_tokens_se
     journal = deployed.host.run("journalctl -o verbose --no-pager", check=False).stdout
     admin = Browser(deployed.host.port, "127.0.0.1", proxy="127.0.0.1")  # podman forwards from 127.0.0.1 alone
     logged_in = admin.log_in("operator", password)[0]
-    before = admin.send("GET", "/admin/")[0], digest(app_environment(deployed, "DJANGO_SECRET_KEY"))
+    before = admin.send("GET", "/admin/")[0], digest(deployed.app_environment("DJANGO_SECRET_KEY"))
     docs.run("operating.md", "key=$(python3 -c 'import secrets; print(secrets.token_urlsafe(50))')")
     in_file = next(
         line.split("=", 1)[1] for line in deployed.host.run(f"cat {ENV_FILE}").stdout.splitlines()
         if line.startswith("DJANGO_SECRET_KEY=")
     )  # fmt: skip
-    after = admin.send("GET", "/admin/"), digest(app_environment(deployed, "DJANGO_SECRET_KEY"))
+    after = admin.send("GET", "/admin/"), digest(deployed.app_environment("DJANGO_SECRET_KEY"))
     mode = deployed.host.run(f"stat -c '%a %U' {ENV_FILE}").stdout.strip()
 
     assert (len(password), file_mode) == (24, "600\n")
@@ -550,36 +389,6 @@ def test_stop_drains_succeeds_and_leaves_no_process_of_the_service_user(deployed
     assert (started.returncode, livez_after_start) == (0, 200)
 
 
-def test_after_a_failed_release_the_host_restarts_with_what_served_and_counts_on(deployed):
-    """A release whose settings the app refuses fails; the host restarts with the file still so: the
-    enabled units are back with the release and settings that served, and the counts go on."""
-    token, key = deployed.token, app_environment(deployed, "DJANGO_SECRET_KEY")
-    # The counts are per day, from UTC midnight: across it, a new window would start.
-    seconds_left_today = 86400 - time.time() % 86400
-    if seconds_left_today < 180:
-        time.sleep(seconds_left_today + 1)
-    before = deployed.create(50_000, token)
-    deployed.configure(DJANGO_SECRET_KEY=REFUSED_KEY)
-    try:
-        failed = deployed.release(check=False).returncode
-        deployed.host.restart()
-        active = deployed.host.run(
-            f"systemctl is-active plantstore.target plantstore-nginx plantstore-app@{deployed.slot()}", check=False
-        ).stdout.split()
-        healthy = deployed.wait_healthy()  # PostgreSQL may start after it: 503 Error bodies till then
-        after = deployed.create(50_001, token)
-        same_key = app_environment(deployed, "DJANGO_SECRET_KEY") == key
-    finally:
-        deployed.configure(DJANGO_SECRET_KEY=key)
-
-    assert (failed, active, healthy, same_key) == (1, ["active"] * 3, 200, True)
-    # The token's count goes on from where it was: one create more, one fewer left.
-    [left_before, left_after] = [
-        int(answer[1]["RateLimit"].split(";r=")[1].split(";")[0]) for answer in (before, after)
-    ]
-    assert (before[0], after[0], left_before - left_after) == (200, 200, 1)
-
-
 def test_deploy_s_manage_script_passes_the_command_s_exit_status_and_output_through(deployed):
     unknown = deployed.host.run(f"{MANAGE} token revoke nobody", check=False)
     listed = deployed.host.run(f"{MANAGE} token list").stdout.splitlines()
@@ -730,6 +539,57 @@ def test_on_sqlite_in_its_state_directory_it_migrates_serves_releases_and_counts
     ]
     assert owner.splitlines() == ["plantstore 700", "plantstore 644"]
     assert copied == "[1, 2]\n"
+
+
+def test_prometheus_wired_as_operating_md_says_pages_once_when_the_host_s_app_server_is_down(deployed):
+    """Debian's Prometheus, Alertmanager and blackbox exporter on this machine, as on a monitoring host,
+    with deploy/prometheus/'s files unchanged and the targets docs/operating.md has an operator write
+    for a systemd host: /metrics through the host's nginx (its address added to DJANGO_ALLOWED_HOSTS
+    by a release), the blackbox probe of /healthz. Healthy: every target up, no alert but Watchdog.
+    The serving slot stopped: nothing answers behind nginx, the edge's probe and the app's scrape fail,
+    PlantsAppServersDown fires and its page arrives once; its slot back, the targets are up again."""
+    address = f"localhost:{deployed.host.port}"
+    hosts = deployed.app_environment("DJANGO_ALLOWED_HOSTS")
+    deployed.configure(DJANGO_ALLOWED_HOSTS=f"{hosts},localhost")
+    deployed.release()
+    work_dir, webhook = watching_directory(), WebhookReceiver()
+    alerts, blackbox = alertmanager(work_dir, webhook), blackbox_exporter(work_dir)
+    targets = {
+        "plantstore.yml": [{"targets": [address]}],
+        "edge.yml": [{"targets": [blackbox.address], "labels": {"__param_target": f"http://{address}/healthz"}}],
+        "alertmanager.yml": [{"targets": [alerts.address]}],
+    }
+    prometheus = ShippedPrometheus(work_dir, deployed.app_environment("PLANTS_METRICS_TOKEN"), targets)
+    started, slot = [], deployed.slot()
+    try:
+        for server in (alerts, blackbox, prometheus):
+            started.append(server.start())
+        up = lambda: [health for _, health in prometheus.targets()] == ["up", "up"]  # noqa: E731
+        wait_until(up, prometheus.process, 60, "every target scraped")
+        wait_until(lambda: prometheus.alerts() == {"Watchdog": "firing"}, prometheus.process, 60, "only the watchdog")
+        healthy = prometheus.targets(), prometheus.alerts()
+        deployed.host.run(f"systemctl stop plantstore-app@{slot}")
+        down = lambda: prometheus.alerts().get("PlantsAppServersDown") == "firing"  # noqa: E731
+        # A failed scrape, `for: 1m`, then the route's group_wait (30 s).
+        wait_until(down, prometheus.process, 150, "PlantsAppServersDown firing")
+        pending_or_firing = set(prometheus.alerts())
+        wait_until(lambda: webhook.notified("page", "PlantsAppServersDown"), None, 60, "the page")
+        deployed.host.run(f"systemctl start plantstore-app@{slot}")
+        wait_until(up, prometheus.process, 60, "every target up again")
+        time.sleep(15)  # one more evaluation: a page sent twice would be here
+        pages = webhook.notified("page", "PlantsAppServersDown")
+    finally:
+        deployed.host.run(f"systemctl start plantstore-app@{slot}", check=False)
+        for server in reversed(started):
+            server.stop()
+        webhook.stop()
+        shutil.rmtree(work_dir, ignore_errors=True)
+        deployed.configure(DJANGO_ALLOWED_HOSTS=hosts)
+        deployed.release()
+
+    assert healthy == ([("plantstore", "up"), ("plantstore-edge", "up")], {"Watchdog": "firing"})
+    assert {"PlantsAppServersDown", "PlantsAppServerDown", "PlantsEdgeDown"} <= pending_or_firing
+    assert len(pages) == 1 and webhook.notified("ticket", "PlantsAppServersDown") == []
 
 
 def test_every_shell_block_of_the_operator_s_pages_ran_as_written_and_passed_but_the_marked_ones(deployed, docs):

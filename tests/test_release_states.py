@@ -1,0 +1,236 @@
+"""deploy/plantstore-release on a host with systemd as PID 1 (tests/systemd_host.py), the service
+installed as docs/deploying.md says: a release is a state, not a path. A release that fails, one
+stopped or killed at each of its steps, a crash, a restart of the serving slot and of the host each
+leave one release serving, the one the host can name, and the next release succeeds around load."""
+
+import time
+
+import pytest
+
+from deploy.processes import wait_until
+from tests.installed_unit import REFUSED_KEY, RELEASE, Deployed
+
+# One host per module, as tests/test_systemd_host.py's, beside which it runs (another process).
+pytestmark = [pytest.mark.live, pytest.mark.container]
+
+
+def test_a_failed_release_leaves_what_served_before_through_a_crash_and_a_restart_of_the_serving_slot(deployed):
+    """Three broken releases, under load: one whose code raises (its slot never answers), one whose
+    nginx config nginx refuses, one whose settings the app refuses. deploy/plantstore-release exits 1
+    naming the journal that says why, which does; the running slot serves on, every request answered.
+    Then, the settings file still refused: the serving slot killed (systemd starts it again), then
+    restarted, each time from the release and the settings it was released with; then the good
+    release, released again, serves."""
+    good = deployed.host.run("readlink -f /opt/plantstore").stdout.strip()
+    cannot_start, refused_config = "/opt/plantstore-releases/cannot-start", "/opt/plantstore-releases/refused-config"
+    deployed.host.run(
+        f"cp -a {good} {cannot_start} && echo 'raise RuntimeError(\"this release cannot start\")' "
+        f">>{cannot_start}/plantstore_site/settings.py"
+        f" && cp -a {good} {refused_config} && sed -i 's/^worker_processes 1;/worker_processes 1; no_such_directive;/'"
+        f" {refused_config}/deploy/nginx.conf"
+    )
+    key = deployed.app_environment("DJANGO_SECRET_KEY")
+    serving, workers, since = deployed.slot(), deployed.app_workers(), deployed.now()
+    try:
+        with deployed.load(deployed.token, first_id=20_000, clients=2, limit=2000, timeout=60) as load:
+            load.wait_for(20)
+            failed = [
+                deployed.host.run(f"{release}/deploy/plantstore-release", check=False).stderr
+                for release in (cannot_start, refused_config)
+            ]
+            deployed.configure(DJANGO_SECRET_KEY=REFUSED_KEY)
+            failed.append(deployed.host.run(f"{good}/deploy/plantstore-release", check=False).stderr)
+            answered_after = len(load.answers)
+            load.wait_for(answered_after + 50)
+        journal, still = deployed.journal(since), (deployed.slot(), deployed.app_workers())
+        main = deployed.app_main()
+        deployed.host.run(f"kill -9 {main}")
+        # systemd starts it again (Restart=on-failure) once its start, ExecStartPost='s probe, succeeds.
+        back = {"ActiveState": "active", "SubState": "running"}
+        wait_until(
+            lambda: (
+                deployed.show(f"plantstore-app@{serving}", "ActiveState", "SubState") == back
+                and deployed.app_main() not in (0, main)
+            ),
+            None,
+            60,
+            "the slot back",
+        )
+        after_crash = (
+            deployed.create(23_900, deployed.token)[0],
+            deployed.host.run(f"readlink /proc/{deployed.app_main()}/cwd").stdout.strip(),
+        )
+        restarted = deployed.host.run(f"systemctl restart plantstore-app@{serving}", check=False).returncode
+        after_restart = (
+            deployed.create(23_901, deployed.token)[0],
+            deployed.app_environment("DJANGO_SECRET_KEY") == key,
+        )
+    finally:
+        deployed.configure(DJANGO_SECRET_KEY=key)
+    back = deployed.release(check=False)
+
+    other = "b" if serving == "a" else "a"
+    did_not_start = (
+        f"plantstore-release: plantstore-app@{other} did not start: journalctl -u plantstore-app@{other} says why;"
+        f" plantstore-app@{serving} serves on"
+    )
+    # systemctl's own lines first ("Job for ... failed"), then the script's.
+    assert [stderr.splitlines()[-1] for stderr in failed] == [
+        did_not_start,
+        "plantstore-release: nginx did not switch: journalctl -u plantstore-nginx says why;"
+        f" plantstore-app@{serving} serves on",
+        did_not_start,
+    ]
+    assert any(line.endswith("RuntimeError: this release cannot start") for line in journal), journal[-30:]
+    assert any('unknown directive "no_such_directive"' in line for line in journal), journal[-30:]
+    assert [(status, text) for _, status, _, text, _ in load.answers if status != 200] == []
+    assert still == (serving, workers)
+    assert (after_crash, restarted, after_restart) == ((200, good), 0, (200, True))
+    assert back.returncode == 0 and deployed.app_workers().isdisjoint(workers)
+    assert deployed.slot() == other
+
+
+def test_a_switch_nginx_does_not_take_in_time_puts_its_running_config_back_and_the_release_fails(deployed):
+    """nginx's master stopped (SIGSTOP) through a release: no new worker within 10 s, so the switch
+    (deploy/unit.py: switch_nginx) puts the running config back and the release fails; nginx, let go,
+    reads the config it ran and serves on from the slot that served."""
+    serving, workers = deployed.serving()
+    nginx = deployed.show("plantstore-nginx", "MainPID")["MainPID"]
+    nginx_workers = lambda: set(deployed.host.run(f"pgrep -P {nginx}", check=False).stdout.split())  # noqa: E731
+    before, since = nginx_workers(), deployed.now()
+    deployed.host.run(f"kill -STOP {nginx}")
+    try:
+        failed = deployed.release(check=False)
+    finally:
+        deployed.host.run(f"kill -CONT {nginx}")
+    wait_until(lambda: nginx_workers() - before, None, 20, "nginx's workers of the config it read again")
+    created = deployed.create(25_000, deployed.token)[0]
+    journal = deployed.journal(since)
+
+    assert (failed.returncode, failed.stderr.splitlines()[-1]) == (
+        1,
+        f"plantstore-release: nginx did not switch: journalctl -u plantstore-nginx says why; plantstore-app@{serving} serves on",
+    )
+    assert any("edge: nginx did not take the new config within 10 s" in line for line in journal), journal[-20:]
+    assert (created, deployed.serving()) == (200, (serving, workers))
+
+
+def test_a_release_whose_units_differ_from_the_installed_ones_stops_before_any_change_naming_the_install(deployed):
+    release, serving, workers = deployed.host.run("readlink -f /opt/plantstore").stdout.strip(), *deployed.serving()
+    deployed.host.run("echo '# edited' >>/etc/systemd/system/plantstore.target")
+    refused = deployed.release(check=False)
+    unchanged = deployed.serving()
+    deployed.host.run(refused.stderr.rpartition("release again: ")[2])  # the command it names, as printed
+    released = deployed.release(check=False).returncode
+
+    assert (refused.returncode, refused.stderr) == (
+        1,
+        "plantstore-release: /etc/systemd/system/plantstore.target is not this release's; nothing was changed:"
+        f" install this release's units, then release again: install -m 644 {release}/deploy/systemd/*"
+        " /etc/systemd/system/ && systemctl daemon-reload\n",
+    )
+    assert (unchanged, released) == ((serving, workers), 0)
+
+
+def test_after_a_failed_release_the_host_restarts_with_what_served_and_counts_on(deployed):
+    """A release whose settings the app refuses fails; the host restarts with the file still so: the
+    enabled units are back with the release and settings that served, and the counts go on."""
+    token, key = deployed.token, deployed.app_environment("DJANGO_SECRET_KEY")
+    # The counts are per day, from UTC midnight: across it, a new window would start.
+    seconds_left_today = 86400 - time.time() % 86400
+    if seconds_left_today < 180:
+        time.sleep(seconds_left_today + 1)
+    before = deployed.create(50_000, token)
+    deployed.configure(DJANGO_SECRET_KEY=REFUSED_KEY)
+    try:
+        failed = deployed.release(check=False).returncode
+        deployed.host.restart()
+        active = deployed.host.run(
+            f"systemctl is-active plantstore.target plantstore-nginx plantstore-app@{deployed.slot()}", check=False
+        ).stdout.split()
+        healthy = deployed.wait_healthy()  # PostgreSQL may start after it: 503 Error bodies till then
+        after = deployed.create(50_001, token)
+        same_key = deployed.app_environment("DJANGO_SECRET_KEY") == key
+    finally:
+        deployed.configure(DJANGO_SECRET_KEY=key)
+
+    assert (failed, active, healthy, same_key) == (1, ["active"] * 3, 200, True)
+    # The token's count goes on from where it was: one create more, one fewer left.
+    [left_before, left_after] = [
+        int(answer[1]["RateLimit"].split(";r=")[1].split(";")[0]) for answer in (before, after)
+    ]
+    assert (before[0], after[0], left_before - left_after) == (200, 200, 1)
+
+
+# A release's steps, each as the host shows it once the release has reached it ({old}: the slot that
+# served, {new}: the one the release starts): what a poll on the host waits for before the signal.
+STEPS = {
+    "after the new slot starts": "systemctl is-active -q plantstore-app@{new}",
+    "after the switch is recorded": "grep -qx PLANTS_APP_SLOT={new} /etc/plantstore/edge.env",
+    "during nginx's reload": '[ "$(systemctl show -P ActiveState plantstore-nginx)" = reloading ]',
+    "after the switch": '[ "$(systemctl is-enabled plantstore-app@{old})" = disabled ]',
+}
+
+
+def serving_alone(slot: str) -> dict:
+    """Deployed.state() when `slot` alone serves: nginx sends to it, its file names it, it alone runs and starts at boot."""
+    return {"nginx": slot, "file": slot, "active": [slot], "enabled": [slot]}
+
+
+def stopped_at(deployed: Deployed, step: str, signal: str) -> tuple[bool, int, list[str]]:
+    """deploy/plantstore-release run in a session of its own, its process group sent `signal` (as a Ctrl-C
+    or a dropped SSH session sends one to a terminal's) once the host shows `step`: whether it did, the
+    release's exit status and its lines."""
+    old = deployed.state()["nginx"]
+    shown = STEPS[step].format(old=old, new="b" if old == "a" else "a")
+    lines = deployed.host.run(
+        f"setsid {RELEASE} >/tmp/release.out 2>&1 & release=$!; reached=no"
+        f"; for _ in $(seq 2000); do if {shown}; then reached=yes; break; fi; sleep 0.01; done"
+        f"; kill -{signal} -- -$release; status=0; wait $release || status=$?; echo $reached $status; cat /tmp/release.out",
+        timeout=240,
+    ).stdout.splitlines()
+    reached, status = lines[0].split()
+    return reached == "yes", int(status), lines[1:]
+
+
+@pytest.mark.parametrize("signal", ["TERM", "KILL"])
+def test_a_release_stopped_at_each_of_its_steps_leaves_one_release_serving_and_the_next_succeeds(deployed, signal):
+    """Under load, a release stopped at each of its steps. SIGTERM: it finishes what it began, or undoes
+    it, leaving one slot serving and the host saying so. SIGKILL: whatever it left, a create is 200 and
+    the next release, which asks nginx which slot serves, succeeds and leaves one slot serving. No
+    request is refused throughout."""
+    outcomes = {}
+    with deployed.load(
+        deployed.token, first_id={"TERM": 800_000, "KILL": 900_000}[signal], clients=2, timeout=30
+    ) as load:
+        load.wait_for(20)
+        for plant_id, step in enumerate(STEPS, start={"TERM": 790_000, "KILL": 890_000}[signal]):
+            before = deployed.state()["nginx"]
+            reached, status, lines = stopped_at(deployed, step, signal)
+            left = deployed.state()
+            created = deployed.create(plant_id, deployed.token)[0]
+            released = deployed.release(check=False)
+            outcomes[step] = (before, reached, status, lines[-1:], left, created, released.returncode, deployed.state())
+        answered = len(load.answers)
+
+    assert answered > 100
+    assert [(status, text) for _, status, _, text, _ in load.answers if status != 200] == []
+    for step, (before, reached, status, last, left, created, released, after) in outcomes.items():
+        new = "b" if before == "a" else "a"
+        assert (step, reached, created, released) == (step, True, 200, 0), outcomes[step]
+        # The next release starts the slot that did not serve once it was stopped, and it alone serves.
+        assert after == serving_alone("b" if left["nginx"] == "a" else "a"), outcomes[step]
+        if signal == "KILL":
+            # Killed before it said so, whatever it had done.
+            assert (status, [line for line in last if " serves " in line]) == (137, []), outcomes[step]
+            continue
+        undone = [
+            1,
+            [f"plantstore-release: stopped by SIGTERM; plantstore-app@{before} serves on"],
+            serving_alone(before),
+        ]
+        finished = [0, [f"plantstore-release: plantstore-app@{new} serves"], serving_alone(new)]
+        outcome = [status, [line.partition(" /opt")[0] for line in last], left]
+        # Before nginx is told, it undoes the release; once nginx has switched, it finishes it.
+        expected = {"after the new slot starts": [undone], "after the switch": [finished]}.get(step, [undone, finished])
+        assert outcome in expected, (step, outcomes[step])
