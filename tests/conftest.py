@@ -91,8 +91,10 @@ skipped: list[str] = []
 # processes take modules in collection order, so these start first and none is left to run alone
 # at the end of a pass.
 SLOWEST_MODULES = [
-    "test_container.py",
+    "test_alerts_live.py",
     "test_systemd_host.py",
+    "test_release_states.py",
+    "test_container.py",
     "test_edge.py",
     "test_serve.py",
     "test_reload.py",
