@@ -24,7 +24,7 @@ from plants.rate_stores import RATE_LIMIT_CACHE
 from plants.services import token_issue
 from tests.archived_postgres import ArchivedPostgres
 from tests.clock import NOW, Clock
-from tests.installed_unit import CLIENT, FAILOVER_URL, RATE, TLS_PROXY_ADDRESS, Deployed
+from tests.installed_unit import CLIENT, ENV_FILE, FAILOVER_URL, PROMETHEUS_NAMES_IT, RATE, TLS_PROXY_ADDRESS, Deployed
 from tests.live import MakeServe, database_url, live_unit
 from tests.operator_docs import OperatorDocs
 from tests.systemd_host import booted_host
@@ -208,7 +208,8 @@ def docs(systemd_host) -> OperatorDocs:
 def deployed(systemd_host, docs) -> Deployed:
     """The host's operator's path, as written: docs/deploying.md's install block; then what the page
     leaves to the operator's editor and database host: the environment file edited (a secret key, the
-    metrics token, the database as the failover pair's URL, the TLS proxies), a role and a database made
+    metrics token, the database as the failover pair's URL, the TLS proxies, the name Prometheus scrapes
+    it by among the allowed hosts), a role and a database made
     on the host's PostgreSQL, a TLS proxy in front on the host; then the first release's block."""
     service = Deployed(systemd_host)
     docs.run("deploying.md", "apt-get install --no-install-recommends nginx python3-venv")
@@ -220,7 +221,13 @@ def deployed(systemd_host, docs) -> Deployed:
     # The TLS proxies in front: this machine, whose connections podman's published port brings from
     # the host's gateway address, and the host's own, for the docs' requests to the public name.
     gateway = systemd_host.run("ip -4 route show default").stdout.split()[2]
+    hosts = next(
+        line
+        for line in systemd_host.run(f"cat {ENV_FILE}").stdout.splitlines()
+        if line.startswith("DJANGO_ALLOWED_HOSTS=")
+    )
     service.configure(
+        DJANGO_ALLOWED_HOSTS=f"{hosts.partition('=')[2]},{PROMETHEUS_NAMES_IT}",
         DJANGO_SECRET_KEY=secrets.token_urlsafe(50),
         PLANTS_METRICS_TOKEN=secrets.token_urlsafe(32),
         DATABASE_URL=FAILOVER_URL.format(password=password),

@@ -22,6 +22,9 @@ RELEASE = "/opt/plantstore/deploy/plantstore-release"
 EDGE_FILE = "/etc/plantstore/edge.env"  # what nginx is given, the serving slot among it
 # The tests' own token, issued once the service runs; the docs' token is billing-service's.
 CLIENT = "tests-client"
+# The name a monitoring host's Prometheus scrapes the host's nginx by, listed in DJANGO_ALLOWED_HOSTS
+# beside the public name, as docs/operating.md's Alerts has an operator list it.
+PROMETHEUS_NAMES_IT = "localhost"
 REFUSED_KEY = "change-me-to-50-random-characters"  # .env.example's placeholder: the app refuses to start on it
 # The TLS proxy in front of the unit on the host itself, for the docs' requests to the public name
 # (https://plants.example.com, looked up in the host's /etc/hosts): Debian's nginx, run by a transient

@@ -1,14 +1,18 @@
 """deploy/plantstore-release on a host with systemd as PID 1 (tests/systemd_host.py), the service
 installed as docs/deploying.md says: a release is a state, not a path. A release that fails, one
 stopped or killed at each of its steps, a crash, a restart of the serving slot and of the host each
-leave one release serving, the one the host can name, and the next release succeeds around load."""
+leave one release serving, the one the host can name, and the next release succeeds around load. A
+release also applies a changed settings file (nginx's listener, Redis, the workers, OpenTelemetry)."""
 
+import json
+import secrets
 import time
 
 import pytest
 
 from deploy.processes import wait_until
 from tests.installed_unit import REFUSED_KEY, RELEASE, Deployed
+from tests.live import PUBLIC_HOST, request
 
 # One host per module, as tests/test_systemd_host.py's, beside which it runs (another process).
 pytestmark = [pytest.mark.live, pytest.mark.container]
@@ -160,6 +164,76 @@ def test_after_a_failed_release_the_host_restarts_with_what_served_and_counts_on
         int(answer[1]["RateLimit"].split(";r=")[1].split(";")[0]) for answer in (before, after)
     ]
     assert (before[0], after[0], left_before - left_after) == (200, 200, 1)
+
+
+def test_with_opentelemetry_on_its_workers_export_spans_from_its_sandbox_to_the_journal(deployed):
+    trace_id = secrets.token_hex(16)
+    deployed.configure(OTEL_TRACES_EXPORTER="otlp_json_file", OTEL_BSP_SCHEDULE_DELAY="50")
+    try:
+        released = deployed.release().returncode
+        token, since = deployed.token, deployed.now()
+        created = deployed.create(60_000, token, traceparent=f"00-{trace_id}-00f067aa0ba902b7-01")
+        log_line = deployed.wait_for_line(since, f'"trace_id": "{trace_id}"')
+
+        def server_spans() -> list[dict]:  # the spans its workers wrote to their output, the journal
+            return [
+                span
+                for line in deployed.journal(since)
+                if line.startswith('{"resourceSpans"')
+                for resource in json.loads(line)["resourceSpans"]
+                for scope in resource["scopeSpans"]
+                for span in scope["spans"]
+                if span["traceId"] == trace_id and span["kind"] == 2
+            ]
+
+        wait_until(server_spans, None, 10, "the request's server span in the journal")
+        [span] = server_spans()
+    finally:
+        deployed.unconfigure("OTEL_TRACES_EXPORTER", "OTEL_BSP_SCHEDULE_DELAY")
+        deployed.release()
+
+    assert (released, created[0], span["name"], span["parentSpanId"]) == (0, 200, "POST /plants", "00f067aa0ba902b7")
+    assert f'"trace_id": "{trace_id}", "span_id": "{span["spanId"]}"' in log_line
+
+
+def test_a_changed_settings_file_is_applied_by_a_release_under_load_and_redis_down_stops_no_create(deployed):
+    """The operator moves the counts to a Redis that is down and halves the workers: a release applies
+    the edited file without a refused request, and creates go on uncounted (.env.example's failure
+    mode, open) until Redis is back."""
+    deployed.host.run("systemctl stop redis-server")
+    deployed.configure(REDIS_URL="redis://127.0.0.1:6379/0", APP_PROCESSES="1")
+    since = deployed.now()
+    try:
+        with deployed.load(deployed.token, first_id=600_000, clients=4, limit=2_000, timeout=30) as load:
+            load.wait_for(30)
+            released = deployed.release(check=False).returncode
+            answered_after = len(load.answers)
+            load.wait_for(answered_after + 50, timeout=60)
+        workers = deployed.app_workers()
+        health = request(f"{deployed.url}/healthz", proxy="127.0.0.1")
+        uncounted = deployed.create(70_000, deployed.token)
+        uncounted_line = deployed.wait_for_line(since, "the limits fail open")
+        deployed.host.run("systemctl start redis-server")
+        counted = deployed.create(70_001, deployed.token)
+        in_redis = deployed.host.run("redis-cli --scan --pattern 'plants:rate:*'").stdout.split()
+        # nginx's listener: a release applies it (nginx's master opens the new one at its reload).
+        deployed.configure(PLANTS_LISTEN="0.0.0.0:8001")
+        listener = deployed.release(check=False).returncode
+        livez = "curl -s -o /dev/null -w %{http_code} -H 'Host: " + PUBLIC_HOST + "' http://127.0.0.1:{port}/livez"
+        answered = [deployed.host.run(livez.replace("{port}", str(port)), check=False).stdout for port in (8001, 8000)]
+    finally:
+        deployed.configure(APP_PROCESSES="2", PLANTS_LISTEN="0.0.0.0:8000")
+        deployed.unconfigure("REDIS_URL")
+        deployed.release(check=False)
+
+    assert released == 0
+    assert [(status, text) for _, status, _, text, _ in load.answers if status != 200] == []
+    assert len(workers) == 1
+    assert (health[0], json.loads(health[2])) == (200, {"status": "ok"})
+    assert (uncounted[0], uncounted[1]["RateLimit"]) == (200, None)
+    assert "rate-limit store unavailable: ConnectionError (the limits fail open: served uncounted)" in uncounted_line
+    assert (counted[0], counted[1]["RateLimit"] is not None, len(in_redis)) == (200, True, 1)
+    assert (listener, answered) == (0, ["200", "000"])  # 000: curl found nothing listening
 
 
 # A release's steps, each as the host shows it once the release has reached it ({old}: the slot that
