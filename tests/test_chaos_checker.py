@@ -3,7 +3,7 @@ fails on the history that breaks it. No server runs (localcluster/chaos/)."""
 
 import json
 
-from localcluster.chaos.checker import ANSWER_WITHIN_S, CONVERGE_WITHIN_S, check, explain
+from localcluster.chaos.checker import ANSWER_WITHIN_S, CONVERGE_WITHIN_S, ambiguous_outcomes, check, explain
 from localcluster.chaos.faults import FAULTS
 from localcluster.chaos.history import History, read_history
 from localcluster.chaos.nemesis import draw_schedule
@@ -64,6 +64,11 @@ def rules(records, rows):
 
 def test_a_history_that_keeps_the_contract_has_no_violation_with_an_ambiguous_create_stored_or_absent():
     assert rules(good_history(), stored(1, 2, 3)) == []
+
+
+def test_the_creates_left_ambiguous_are_counted_stored_or_absent():
+    requests = [record for record in good_history() if record["type"] == "request"]
+    assert ambiguous_outcomes(requests, stored(1, 2, 3)) == (1, 1)
 
 
 def test_an_acknowledged_create_lost_is_a_violation():
@@ -162,7 +167,14 @@ def test_the_summary_gives_each_kind_its_worst_unavailability_refusals_and_p99(t
     records = read_history(tmp_path / "history.jsonl")
     assert records == json.loads(json.dumps(good_history()))
     assert summary(records) == {
-        "primary-killed": {"faults": 1, "worst_unavailable_s": 1.0, "refused": 3, "requests": 4, "p99_s": 3.0}
+        "primary-killed": {
+            "faults": 1,
+            "not_started": 0,
+            "worst_unavailable_s": 1.0,
+            "refused": 3,
+            "requests": 4,
+            "p99_s": 3.0,
+        }
     }
     svg = plot(records, START, "a run")
     assert (

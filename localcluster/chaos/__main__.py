@@ -21,6 +21,10 @@ from localcluster.chaos.run import THROTTLE_RATE, run
 from localcluster.chaos.topology import Topology
 
 
+def stop_asked(*_) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> int:
     seed = int(os.environ.get("SEED") or secrets.randbelow(2**31))
     duration = float(os.environ.get("DURATION") or 1200)
@@ -29,7 +33,7 @@ def main() -> int:
     print(f"make chaos SEED={seed} DURATION={duration:g}: {len(schedule)} faults; files in {folder}", flush=True)
     for planned in schedule:
         print(f"  +{planned.at:6.1f} s  {planned.kind}, healed {planned.lasts:g} s later", flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, stop_asked)  # as Ctrl-C: every fault healed, every server stopped
     work_dir = Path(tempfile.mkdtemp(prefix="plantstore-chaos."))
     topology = Topology(work_dir, THROTTLE_RATE, supervised=True)
     try:

@@ -147,6 +147,17 @@ def converged_in_time(converged: list[dict]) -> list[Violation]:
     return found or ([] if converged else [Violation("convergence never checked", 0.0, "no converged record")])
 
 
+def ambiguous_outcomes(requests: list[dict], rows: dict[int, dict]) -> tuple[int, int]:
+    """The creates never answered but ambiguously (no answer, or 503) by the run's end: how many were
+    stored (with their body: stored_only_as_sent), and how many are absent."""
+    last = {}
+    for request in requests:
+        last[request["id"]] = request["status"]
+    ambiguous = [plant_id for plant_id, status in last.items() if status in (None, 503)]
+    stored = sum(1 for plant_id in ambiguous if plant_id in rows)
+    return stored, len(ambiguous) - stored
+
+
 def describe(request: dict) -> str:
     took = request["answered"] - request["sent"]
     return (

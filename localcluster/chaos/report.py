@@ -22,18 +22,20 @@ def percentile(values: list[float], fraction: float) -> float:
 
 
 def summary(records: list[dict]) -> dict[str, dict]:
-    """Per kind of fault: how many, the worst unavailability window (the longest stretch without a 200
-    that overlaps one), the requests refused or unanswered while one lasted, and their p99 latency."""
+    """Per kind of fault: how many, how many of them could not start (the formation's state refused
+    one), the worst unavailability window (the longest stretch without a 200 that overlaps one), the
+    requests refused or unanswered while one lasted, and their p99 latency."""
     requests = [record for record in records if record["type"] == "request"]
     successes = sorted(request["answered"] for request in requests if request["status"] == 200)
     gaps = list(zip(successes, successes[1:], strict=False))
     kinds: dict[str, dict] = defaultdict(
-        lambda: {"faults": 0, "worst_unavailable_s": 0.0, "refused": 0, "latencies": []}
+        lambda: {"faults": 0, "not_started": 0, "worst_unavailable_s": 0.0, "refused": 0, "latencies": []}
     )
     for fault in (record for record in records if record["type"] == "fault"):
         start, end = fault["started"], fault["healed"]
         kind = kinds[fault["kind"]]
         kind["faults"] += 1
+        kind["not_started"] += 1 if fault["note"] else 0
         worst = max((later - earlier for earlier, later in gaps if earlier < end and later > start), default=0.0)
         kind["worst_unavailable_s"] = round(max(kind["worst_unavailable_s"], worst), 2)
         during = [request for request in requests if start <= request["sent"] <= end]
@@ -47,10 +49,11 @@ def summary(records: list[dict]) -> dict[str, dict]:
 
 
 def summary_text(table: dict[str, dict]) -> str:
-    lines = [f"{'fault':34} {'count':>5} {'worst unavailable':>18} {'refused':>8} {'requests':>9} {'p99':>8}"]
+    header = f"{'fault':34} {'count':>5} {'not started':>11} {'worst unavailable':>18} {'refused':>8}"
+    lines = [f"{header} {'requests':>9} {'p99':>8}"]
     for name, row in table.items():
         lines.append(
-            f"{name:34} {row['faults']:>5} {row['worst_unavailable_s']:>16.1f} s {row['refused']:>8}"
+            f"{name:34} {row['faults']:>5} {row['not_started']:>11} {row['worst_unavailable_s']:>16.1f} s {row['refused']:>8}"
             f" {row['requests']:>9} {row['p99_s']:>6.3f} s"
         )
     return "\n".join(lines)

@@ -6,7 +6,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from localcluster.chaos.checker import CONVERGE_WITHIN_S, Violation, check, explain
+from localcluster.chaos.checker import CONVERGE_WITHIN_S, Violation, ambiguous_outcomes, check, explain
 from localcluster.chaos.clients import Client
 from localcluster.chaos.history import History
 from localcluster.chaos.nemesis import Nemesis, Planned
@@ -89,7 +89,9 @@ def judge(records: list[dict], rows: dict[int, dict], started_at: float, folder:
     requests = [record for record in records if record["type"] == "request"]
     seed = next(record["seed"] for record in records if record["type"] == "run")
     title = f"make chaos SEED={seed}: {len(requests)} requests, {len(rows)} plants stored, {len(violations)} violations"
-    (folder / "summary.txt").write_text(f"{title}\n\n{summary_text(table)}\n")
+    stored, absent = ambiguous_outcomes(requests, rows)
+    resolved = f"creates left ambiguous when the load stopped: {stored} stored with their body, {absent} absent"
+    (folder / "summary.txt").write_text(f"{title}\n{resolved}\n\n{summary_text(table)}\n")
     (folder / "summary.json").write_text(json.dumps(table, indent=2) + "\n")
     (folder / "plot.svg").write_text(plot(records, started_at, title))
     (folder / "violations.txt").write_text(explained + "\n" if explained else "none\n")
