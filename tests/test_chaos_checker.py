@@ -2,11 +2,14 @@
 fails on the history that breaks it. No server runs (localcluster/chaos/)."""
 
 import json
+import threading
+import time
 
+from deploy.processes import wait_until
 from localcluster.chaos.checker import ANSWER_WITHIN_S, CONVERGE_WITHIN_S, ambiguous_outcomes, check, explain
-from localcluster.chaos.faults import FAULTS
+from localcluster.chaos.faults import FAULTS, Fault
 from localcluster.chaos.history import History, read_history
-from localcluster.chaos.nemesis import draw_schedule
+from localcluster.chaos.nemesis import Nemesis, Planned, draw_schedule
 from localcluster.chaos.report import plot, summary
 
 START = 1_800_000_000.0  # a window's start for a limit of 10 per 10 s
@@ -180,3 +183,65 @@ def test_the_summary_gives_each_kind_its_worst_unavailability_refusals_and_p99(t
     assert (
         svg.startswith("<svg") and "primary-killed" in svg and svg.count("<polyline") == 5
     )  # 200, 503, no answer; median, slowest
+
+
+class Recorded(Fault):
+    """A fault that only records when it starts and heals."""
+
+    layer = "database"
+    events: list = []
+
+    def __init__(self, topology, choice):
+        self.choice = choice
+
+    def start(self):
+        Recorded.events.append(("start", self.choice, time.monotonic()))
+        return f"target {self.choice}"
+
+    def heal(self):
+        Recorded.events.append(("heal", self.choice, time.monotonic()))
+
+
+class Refused(Recorded):
+    layer = "redis"
+
+    def start(self):
+        raise RuntimeError("the formation refuses")
+
+
+def test_the_nemesis_never_overlaps_two_faults_of_one_layer_records_each_and_heals_what_it_started(monkeypatch):
+    monkeypatch.setattr("localcluster.chaos.nemesis.FAULTS", {"recorded": Recorded, "refused": Refused})
+    Recorded.events = []
+    history = History()
+    schedule = [Planned("recorded", 0.0, 0.3, 1), Planned("recorded", 0.1, 0.1, 2), Planned("refused", 0.1, 0.1, 3)]
+    Nemesis(None, schedule, history, time.time(), say=lambda line: None).run()
+    assert [(event, choice) for event, choice, _ in Recorded.events] == [
+        ("start", 1),
+        ("heal", 1),
+        ("start", 2),
+        ("heal", 2),
+    ]
+    faults = history.of_type("fault")
+    assert [(fault["choice"], fault["target"], fault["note"]) for fault in faults] == [
+        (3, None, "did not start: RuntimeError('the formation refuses')"),
+        (1, "target 1", ""),
+        (2, "target 2", ""),
+    ]
+    assert all(fault["healed"] >= fault["started"] for fault in faults)
+
+
+def test_the_nemesis_stopped_early_heals_every_fault_it_started_and_starts_no_more(monkeypatch):
+    monkeypatch.setattr("localcluster.chaos.nemesis.FAULTS", {"recorded": Recorded})
+    Recorded.events = []
+    nemesis = Nemesis(
+        None,
+        [Planned("recorded", 0.0, 60, 1), Planned("recorded", 0.2, 1, 2)],
+        History(),
+        time.time(),
+        say=lambda line: None,
+    )
+    threading.Thread(target=nemesis.run, daemon=True).start()
+    wait_until(lambda: Recorded.events, None, 5, "the first fault")
+    nemesis.abort()
+    time.sleep(0.5)
+    assert [(event, choice) for event, choice, _ in Recorded.events] == [("start", 1), ("heal", 1)]

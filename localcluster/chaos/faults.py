@@ -53,16 +53,15 @@ class Partition(Fault):
 
     def start(self) -> str:
         self.node = self.database.primary()
-        self.tables = ExitStack()
-        for number, (ports, address, *owner) in enumerate(self.cut(self.node)):
-            table = f"plantstore_chaos_{self.layer}_{number}"
-            self.tables.enter_context(
-                dropped_packets(*ports, address=address, table=table, owner=next(iter(owner), None))
-            )
+        with ExitStack() as tables:  # a table that cannot be added removes those added before it
+            for number, (ports, address, owner) in enumerate(self.cut(self.node)):
+                table = f"plantstore_chaos_{self.layer}_{number}"
+                tables.enter_context(dropped_packets(*ports, address=address, table=table, owner=owner))
+            self.tables = tables.pop_all()
         return self.node.name
 
-    def cut(self, node) -> list[tuple]:
-        """(ports, address or None, [the user id whose sockets' packets alone are dropped])s."""
+    def cut(self, node) -> list[tuple[list[int], str | None, int | None]]:
+        """What dropped_packets() drops: (ports, at that address or every one, sent by that user's sockets or anyone's)."""
         raise NotImplementedError
 
     def heal(self) -> None:
@@ -83,7 +82,7 @@ class PrimaryCutOffFromAppServers(Partition):
     """The primary's port at the address the app servers reach it at, and the app servers' side of its relay."""
 
     def cut(self, node):
-        return [([node.port], self.topology.app_address), ([self.topology.relay_for(node).port], None)]
+        return [([node.port], self.topology.app_address, None), ([self.topology.relay_for(node).port], None, None)]
 
 
 class PrimaryCutOffFromEveryone(Partition):
@@ -91,8 +90,8 @@ class PrimaryCutOffFromEveryone(Partition):
 
     def cut(self, node):
         return [
-            ([node.port, self.topology.relay_for(node).port], None),
-            ([self.database.monitor.port], node.monitor_address),
+            ([node.port, self.topology.relay_for(node).port], None, None),
+            ([self.database.monitor.port], node.monitor_address, None),
         ]
 
 
