@@ -66,7 +66,7 @@ def run(topology: Topology, schedule: list[Planned], seed: int, duration: float,
         deadline, converged = healed + CONVERGE_WITHIN_S, None
         while converged is None and time.time() < deadline:
             converged = time.time() if topology.converged() else time.sleep(0.5)
-        history.add({"type": "converged", "healed": healed, "converged": converged})
+        history.add({"type": "converged", "healed": healed, "converged": converged, "state": topology.state()})
         say(
             f"+{time.time() - started_at:6.1f} s  every fault healed; converged: {converged and round(converged - healed, 1)} s"
         )
@@ -78,7 +78,10 @@ def run(topology: Topology, schedule: list[Planned], seed: int, duration: float,
         for client in clients:
             client.join()
         history.close()
-    return judge(history.records, topology.rows(), started_at, folder)
+    outcome = judge(history.records, topology.rows(), started_at, folder)
+    if outcome.violations:
+        topology.save_logs(folder / "logs")
+    return outcome
 
 
 def judge(records: list[dict], rows: dict[int, dict], started_at: float, folder: Path) -> Outcome:

@@ -11,9 +11,12 @@ the relay's port: their TCP timeouts see the fault as they would without it.
 import os
 import pwd
 import secrets
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import psycopg
 
 from deploy.processes import ROOT
 from localcluster.__main__ import prepare_database
@@ -88,6 +91,28 @@ class Topology:
             )
         except (OSError, RuntimeError):
             return False
+
+    def state(self) -> dict:
+        """What converged() looks at, for a run that did not converge: each node's states, each unit's."""
+        state = {"redis answers": self.cluster.redis.answers(), "standby guard running": self.database.guard.running()}
+        try:
+            state["database"] = self.database.states()
+        except psycopg.Error as error:
+            state["database"] = repr(error)
+        for number, unit in enumerate(self.cluster.units):
+            try:
+                status = self.cluster.haproxy.server_stat(number)["status"]
+            except (OSError, RuntimeError) as error:
+                status = repr(error)
+            state[unit.name] = f"running: {unit.running()}, in HAProxy: {status}"
+        return state
+
+    def save_logs(self, folder: Path) -> None:
+        """Every server's log (the units', HAProxy's, the front's, each node's, the guard's) into `folder`."""
+        folder.mkdir(parents=True, exist_ok=True)
+        for work_dir in (self.work_dir, self.database.work_dir):
+            for log in work_dir.glob("*.log"):
+                shutil.copy(log, folder / log.name)
 
     def rows(self) -> dict[int, dict]:
         """Every plant stored, as the primary has it: {id: the body that created it}."""
