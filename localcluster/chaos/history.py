@@ -3,7 +3,8 @@
     {"type": "request", "client": "c1", "id": 3000001, "body": {...}, "attempt": 1, "sent": 1764640000.1,
      "answered": 1764640000.2, "status": 200, "answer": {...}, "counted": true}
     {"type": "fault", "kind": "primary-killed", "target": "node1", "started": ..., "healed": ..., "note": ""}
-    {"type": "run", ...} and {"type": "converged", "healed": ..., "converged": ...}
+    {"type": "run", "seed": ..., "schedule": [...], ...}
+    {"type": "converged", "healed": ..., "converged": ... (null: not within the bound), "state": {...}}
 
 A request not answered has status null and its error in "answer"; "counted" says whether its answer
 carried the RateLimit headers (a request the rate limit counted).
