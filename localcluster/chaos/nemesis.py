@@ -59,6 +59,8 @@ class Nemesis:
     def __init__(self, topology, schedule: list[Planned], history: History, started_at: float, say=print):
         self.topology, self.schedule, self.history = topology, schedule, history
         self.started_at, self.say = started_at, say
+        # What starts and heals a fault: on the topology's threads, which outlive what they start.
+        self.call = topology.call if topology is not None else lambda action: action()
         self.layers = {fault.layer: threading.Lock() for fault in FAULTS.values()}
         self.active: list = []  # the faults started and not healed yet
         self.stopped = threading.Event()  # abort(): no fault starts any more
@@ -70,7 +72,7 @@ class Nemesis:
             if fault not in self.active:
                 return
             self.active.remove(fault)
-        fault.heal()
+        self.call(fault.heal)
 
     def abort(self) -> None:
         """Start no more faults, and heal every one started and not healed yet."""
@@ -101,7 +103,7 @@ class Nemesis:
             with self.lock:
                 self.active.append(fault)
             try:
-                record["target"] = fault.start()
+                record["target"] = self.call(fault.start)
             except Exception as error:  # a fault the formation's state refuses (a switchover without a standby)
                 with self.lock:
                     self.active.remove(fault)

@@ -14,6 +14,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psycopg
@@ -47,6 +48,10 @@ class Topology:
             "PLANTS_THROTTLE_RATE": throttle_rate,
         }
         self.peer_address, self.app_address = PEER_ADDRESS, APP_ADDRESS
+        # The threads the faults start and heal from, alive until stop(): a supervised server gets its
+        # parent's death signal when the thread that started it ends (PR_SET_PDEATHSIG is the thread's),
+        # so a server a fault's own thread restarted would stop when that thread did.
+        self.launcher = ThreadPoolExecutor(max_workers=8, thread_name_prefix="chaos-launcher")
         # The database servers' user, whose sockets alone a cut between the nodes drops (None: everyone's).
         self.database_user_id = pwd.getpwnam("postgres").pw_uid if os.geteuid() == 0 else None
 
@@ -70,6 +75,10 @@ class Topology:
             self.stop()
             raise
         return self
+
+    def call(self, action):
+        """`action()` run on one of the launcher's threads, which outlive every server it starts; its result."""
+        return self.launcher.submit(action).result()
 
     def relay_for(self, node: DataNode) -> DelayingRelay:
         return self.relays[self.database.nodes.index(node)]
@@ -127,3 +136,4 @@ class Topology:
         if self.cluster:
             self.cluster.stop()
         self.database.stop()
+        self.launcher.shutdown()
