@@ -16,7 +16,7 @@ FAILOVER_PACKAGES = pg-auto-failover-cli postgresql-$$(ls /usr/lib/postgresql | 
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD := 1
 
 .DEFAULT_GOAL := help
-.PHONY: help run check serve cluster image container-packages bench soak bench-inprocess bench-cluster profile test test-newest newest-pins lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
+.PHONY: help run check serve cluster chaos image container-packages bench soak bench-inprocess bench-cluster profile test test-newest newest-pins lint format test-sqlite test-postgres test-contract system-packages clean schema coverage coverage-erase mutants
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -53,6 +53,14 @@ cluster: $(VENV)/.runtime ## production's topology on one machine: the front (ng
 	scripts/debian-packages postgresql pgbackrest redis-server haproxy nginx
 	scripts/debian-packages $(FAILOVER_PACKAGES)
 	PORT=$(PORT) $(PYTHON) -m localcluster
+
+# make chaos: DURATION seconds of load, the faults drawn from SEED (random when empty, printed first), its files in CHAOS_DIR.
+SEED ?=
+DURATION ?= 1200
+chaos: $(VENV)/.runtime ## make cluster's topology under load from several clients while overlapping faults drawn from SEED (random, printed) come and go for DURATION s (1200), then the contract checked over the whole history; writes test-artifacts/chaos-SEED/ (history.jsonl, plot.svg, summary.txt, violations.txt)
+	scripts/debian-packages postgresql pgbackrest redis-server haproxy nginx nftables
+	scripts/debian-packages $(FAILOVER_PACKAGES)
+	SEED=$(SEED) DURATION=$(DURATION) $(PYTHON) -m localcluster.chaos
 
 test: lint test-contract coverage-erase test-sqlite test-postgres coverage ## lint, fuzz the contract, the suite on SQLite and PostgreSQL, coverage
 
