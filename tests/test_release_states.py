@@ -253,14 +253,17 @@ def serving_alone(slot: str) -> dict:
 
 def stopped_at(deployed: Deployed, step: str, signal: str) -> tuple[bool, int, list[str]]:
     """deploy/plantstore-release run in a session of its own, its process group sent `signal` (as a Ctrl-C
-    or a dropped SSH session sends one to a terminal's) once the host shows `step`: whether it did, the
-    release's exit status and its lines."""
+    or a dropped SSH session sends one to a terminal's) once the host shows `step`, then systemd's jobs
+    left to finish: whether the host showed it, the release's exit status and its lines."""
     old = deployed.state()["nginx"]
     shown = STEPS[step].format(old=old, new="b" if old == "a" else "a")
     lines = deployed.host.run(
         f"setsid {RELEASE} >/tmp/release.out 2>&1 & release=$!; reached=no"
         f"; for _ in $(seq 2000); do if {shown}; then reached=yes; break; fi; sleep 0.01; done"
-        f"; kill -{signal} -- -$release; status=0; wait $release || status=$?; echo $reached $status; cat /tmp/release.out",
+        f"; kill -{signal} -- -$release; status=0; wait $release || status=$?"
+        # What systemd was asked goes on without the release (a start, nginx's reload): the state it leaves.
+        '; for _ in $(seq 600); do [ -z "$(systemctl list-jobs --no-legend)" ] && break; sleep 0.2; done'
+        "; echo $reached $status; cat /tmp/release.out",
         timeout=240,
     ).stdout.splitlines()
     reached, status = lines[0].split()
