@@ -99,8 +99,10 @@ def test_healthy_under_load_for_two_minutes_no_alert_is_pending_or_firing_but_th
 
     targets = prometheus.targets()
     in_window = prometheus.query(f"count by (alertname, alertstate) (count_over_time(ALERTS[{HEALTHY_S}s]))")
+    # The healthy window alone: before it, the cluster's first (cold) creates are most of what the
+    # latency budget's windows hold, and a burn seen then says nothing of the service under load.
     fired = prometheus.query(
-        'count by (alertname) (count_over_time(ALERTS{alertstate="firing", alertname!="Watchdog"}[1h]))'
+        f'count by (alertname) (count_over_time(ALERTS{{alertstate="firing", alertname!="Watchdog"}}[{HEALTHY_S}s]))'
     )
 
     assert targets == sorted(
