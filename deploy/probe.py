@@ -53,7 +53,7 @@ def main(argv: list[str]) -> int:
     where = local_url(listen_address(env))  # where the unit listens, as deploy/serve.py says
     url, host = f"{where}{args.path}", probe_host(env.get("DJANGO_ALLOWED_HOSTS", ""))
     deadline = time.monotonic() + WAIT_S
-    while (status := (answer := http_answer(url, timeout=5, unix_socket=args.socket, host=host))[0]) != 200:
+    while (status := (reply := http_answer(url, timeout=5, unix_socket=args.socket, host=host))[0]) != 200:
         if args.wait is None:
             return 1
         if not running(args.wait) or time.monotonic() > deadline:
@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
             return 1
         time.sleep(0.1)
     if args.header:
-        sys.stdout.write(f"{answer[1].get(args.header, '')}\n")
+        sys.stdout.write(f"{reply[1].get(args.header, '')}\n")
     return 0
 
 

@@ -77,7 +77,9 @@ def http_status(url: str, timeout: float = 2, unix_socket: Path | None = None, h
     return http_answer(url, timeout, unix_socket, host)[0]
 
 
-def http_answer(url: str, timeout: float = 2, unix_socket: Path | None = None, host: str | None = None):
+def http_answer(
+    url: str, timeout: float = 2, unix_socket: Path | None = None, host: str | None = None
+) -> tuple[int | None, dict[str, str]]:
     """GET `url` as http_status() does: (its status, its headers), (None, {}) when nothing answered."""
     host_port, _, path = url.removeprefix("http://").partition("/")
     address, _, port = host_port.rpartition(":")

@@ -10,6 +10,8 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -190,3 +192,19 @@ class ShippedPrometheus:
 
 def watching_directory() -> Path:
     return Path(tempfile.mkdtemp(prefix="plantstore-monitoring."))
+
+
+@contextmanager
+def running(work_dir: Path, webhook: WebhookReceiver, servers: list) -> Iterator[None]:
+    """`servers` started in order (Prometheus last, once what it scrapes listens); on leaving, whatever
+    happens, those started stopped in the reverse order, the webhook receiver too, and `work_dir` removed."""
+    started = []
+    try:
+        for server in servers:
+            started.append(server.start())
+        yield
+    finally:
+        for server in reversed(started):
+            server.stop()
+        webhook.stop()
+        shutil.rmtree(work_dir, ignore_errors=True)

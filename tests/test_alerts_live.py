@@ -8,7 +8,6 @@ so that each server is stopped once: Redis, the standby and archiving at once; t
 off from the app servers; then every app server and the front stopped.
 """
 
-import shutil
 import time
 
 import pytest
@@ -24,6 +23,7 @@ from tests.monitoring import (
     alertmanager,
     blackbox_exporter,
     postgres_exporter,
+    running,
     watching_directory,
 )
 
@@ -70,16 +70,8 @@ def watching(database, cluster):  # noqa: F811
         "alertmanager.yml": [{"targets": [alerts.address]}],
     }
     prometheus = ShippedPrometheus(work_dir, DEPLOYED_SETTINGS["PLANTS_METRICS_TOKEN"], targets)
-    started = []
-    try:
-        for server in [*servers, prometheus]:
-            started.append(server.start())
+    with running(work_dir, webhook, [*servers, prometheus]):
         yield Watching(prometheus, webhook)
-    finally:
-        for server in reversed(started):
-            server.stop()
-        webhook.stop()
-        shutil.rmtree(work_dir, ignore_errors=True)
 
 
 def test_healthy_under_load_for_two_minutes_no_alert_is_pending_or_firing_but_the_watchdog(

@@ -8,7 +8,6 @@ import hashlib
 import json
 import re
 import secrets
-import shutil
 import time
 
 import pytest
@@ -29,6 +28,7 @@ from tests.monitoring import (
     WebhookReceiver,
     alertmanager,
     blackbox_exporter,
+    running,
     watching_directory,
 )
 from tests.operator_docs import CHECKOUT, PAGES, skip_reasons
@@ -488,28 +488,23 @@ def test_prometheus_wired_as_operating_md_says_pages_once_when_the_host_s_app_se
         "alertmanager.yml": [{"targets": [alerts.address]}],
     }
     prometheus = ShippedPrometheus(work_dir, deployed.app_environment("PLANTS_METRICS_TOKEN"), targets)
-    started, slot = [], deployed.slot()
-    try:
-        for server in (alerts, blackbox, prometheus):
-            started.append(server.start())
+    slot = deployed.slot()
+    with running(work_dir, webhook, [alerts, blackbox, prometheus]):
         up = lambda: [health for _, health in prometheus.targets()] == ["up", "up"]  # noqa: E731
         wait_until(up, prometheus.process, 60, "every target scraped")
         wait_until(lambda: prometheus.alerts() == {"Watchdog": "firing"}, prometheus.process, 60, "only the watchdog")
         healthy = prometheus.targets(), prometheus.alerts()
         deployed.host.run(f"systemctl stop plantstore-app@{slot}")
-        down = lambda: prometheus.alerts().get("PlantsAppServersDown") == "firing"  # noqa: E731
-        # A failed scrape, `for: 1m`, then the route's group_wait (30 s).
-        wait_until(down, prometheus.process, 150, "PlantsAppServersDown firing")
-        pending_or_firing = set(prometheus.alerts())
-        wait_until(lambda: webhook.notified("page", "PlantsAppServersDown"), None, 60, "the page")
-        time.sleep(15)  # one more evaluation: a page sent twice would be here
-        pages = webhook.notified("page", "PlantsAppServersDown")
-    finally:
-        deployed.host.run(f"systemctl start plantstore-app@{slot}", check=False)
-        for server in reversed(started):
-            server.stop()
-        webhook.stop()
-        shutil.rmtree(work_dir, ignore_errors=True)
+        try:
+            down = lambda: prometheus.alerts().get("PlantsAppServersDown") == "firing"  # noqa: E731
+            # A failed scrape, `for: 1m`, then the route's group_wait (30 s).
+            wait_until(down, prometheus.process, 150, "PlantsAppServersDown firing")
+            pending_or_firing = set(prometheus.alerts())
+            wait_until(lambda: webhook.notified("page", "PlantsAppServersDown"), None, 60, "the page")
+            time.sleep(15)  # one more evaluation: a page sent twice would be here
+            pages = webhook.notified("page", "PlantsAppServersDown")
+        finally:
+            deployed.host.run(f"systemctl start plantstore-app@{slot}", check=False)
 
     assert healthy == ([("plantstore", "up"), ("plantstore-edge", "up")], {"Watchdog": "firing"})
     assert {"PlantsAppServersDown", "PlantsAppServerDown", "PlantsEdgeDown"} <= pending_or_firing
