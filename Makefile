@@ -9,6 +9,8 @@ PYTEST_ARGS ?=
 # make test's suites run their test modules in this many processes at once (pytest-xdist), each
 # module's tests in one process (they share its servers); each process has its own test database.
 TEST_WORKERS ?= 3
+# In the order tests/conftest.py gives them (its slowest modules first), not xdist's (most tests first).
+PARALLEL_ARGS = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 COVERAGE_ARGS = --cov --cov-append --cov-report= --cov-fail-under=0
 # pg_auto_failover for the installed PostgreSQL server's major version (expanded once that is installed).
 FAILOVER_PACKAGES = pg-auto-failover-cli postgresql-$$(ls /usr/lib/postgresql | sort -V | tail -n 1)-auto-failover
@@ -107,10 +109,10 @@ format: $(VENV)/.dev ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff format .
 
 test-sqlite: $(VENV)/.dev system-packages container-packages ## the test suite on SQLite (the embedded default); PostgreSQL-only and `alone` tests deselected
-	env -u DATABASE_URL $(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile $(COVERAGE_ARGS) --durations=15 $(PYTEST_ARGS)
+	env -u DATABASE_URL $(VENV)/bin/pytest $(PARALLEL_ARGS) $(COVERAGE_ARGS) --durations=15 $(PYTEST_ARGS)
 
 test-postgres: $(VENV)/.dev system-packages ## the whole test suite on a throwaway PostgreSQL server (scripts/with-postgres)
-	scripts/with-postgres bash -c '$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone" $(COVERAGE_ARGS) --durations=15 $(PYTEST_ARGS) \
+	scripts/with-postgres bash -c '$(VENV)/bin/pytest $(PARALLEL_ARGS) -m "not alone" $(COVERAGE_ARGS) --durations=15 $(PYTEST_ARGS) \
 		&& { $(VENV)/bin/pytest -m alone $(COVERAGE_ARGS) $(PYTEST_ARGS) || [ $$? -eq 5 ]; }'  # 5: PYTEST_ARGS left none
 
 coverage-erase: $(VENV)/.dev ## forget the coverage of earlier runs

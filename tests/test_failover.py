@@ -179,12 +179,21 @@ def test_switchover_under_load_loses_no_acknowledged_create_and_fails_few_reques
         "switchover took %.1f s; %d failed requests of %d, sent from %.1f s to %.1f s after its start",
         *(switched_after, len(failed), len(load.answers), min(failed, default=0), max(failed, default=0)),
     )
-    unanswered = [round(sent - started, 1) for _, status, _, _, sent in load.answers if status is None]
+    unanswered = [(round(sent - started, 1), text) for _, status, _, text, sent in load.answers if status is None]
     assert not unanswered, "\n".join(
         [
-            f"no answer within {answer_within} s to creates sent {unanswered} s after the switchover began;"
-            " the units' requests that took over a database bound, then each node's log since:",
+            f"no answer within {answer_within} s to creates sent ({{s after the switchover began: why}})"
+            f" {dict(unanswered)}; the units' requests that took over a database bound, what the front"
+            " and each unit logged besides 2xx answers, then each node's log since:",
             *(line for unit in cluster.units for line in unit.log().splitlines() if slower_than(line, BOUND_SECONDS)),
+            *(
+                line
+                for server in (cluster.front, *cluster.units)
+                for line in server.log().splitlines()[-400:]
+                if not re.search(r'"status": 2\d\d', line)
+            ),
+            "--- standby_guard's log (its last lines)",
+            *healthy.guard.log().splitlines()[-40:],
             *logs_since(healthy, logged),
         ]
     )
