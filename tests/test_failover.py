@@ -182,8 +182,8 @@ def test_switchover_under_load_loses_no_acknowledged_create_and_fails_few_reques
     unanswered = [(round(sent - started, 1), text) for _, status, _, text, sent in load.answers if status is None]
     assert not unanswered, "\n".join(
         [
-            f"no answer within {answer_within} s to creates sent ({{s after the switchover began: why}})"
-            f" {dict(unanswered)}; the units' requests that took over a database bound, what the front"
+            f"no answer within {answer_within} s to creates sent ((s after the switchover began, why))"
+            f" {unanswered}; the units' requests that took over a database bound, what the front"
             " and each unit logged besides 2xx answers, then each node's log since:",
             *(line for unit in cluster.units for line in unit.log().splitlines() if slower_than(line, BOUND_SECONDS)),
             *(
