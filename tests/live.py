@@ -515,15 +515,15 @@ class MakeServe:
 def wait_for_exit(pids: list[int], timeout: float = 45) -> list[int]:
     """The pids among `pids` still running after up to `timeout` seconds."""
     deadline = time.monotonic() + timeout
-    while (alive := [pid for pid in pids if Path(f"/proc/{pid}").exists() and not zombie(pid)]) and (
-        time.monotonic() < deadline
-    ):
+    while (alive := [pid for pid in pids if running(pid)]) and time.monotonic() < deadline:
         time.sleep(0.1)
     return alive
 
 
-def zombie(pid: int) -> bool:
+def running(pid: int) -> bool:
+    """Whether `pid` is a process that has not exited: neither gone nor a zombie waiting to be reaped."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):  # gone before, or while, /proc was read
         return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
