@@ -142,7 +142,7 @@ $(VENV)/load/.installed: bench/requirements-load.txt | $(VENV)/.runtime
 	$(VENV)/load/bin/pip install --quiet --disable-pip-version-check -r bench/requirements-load.txt
 	touch $@
 
-bench: $(VENV)/.dev $(VENV)/peers/.installed $(VENV)/django-peers/.installed $(VENV)/load/.installed ## benchmark POST /plants beside a bare Django view, DRF, django-ninja and FastAPI peers, PostgreSQL durable (wrk: throughput and CPU per create with PostgreSQL's; k6's open loop: latency against offered load), and one client's ceiling; about 35 minutes; writes benchmarks/ (raw figures, plot, report) and BENCHMARKS.md. Smoke run (publishes nothing): BENCH_ROUNDS=2 BENCH_SECONDS=3 BENCH_LATENCY_REQUESTS=300
+bench: $(VENV)/.dev $(VENV)/peers/.installed $(VENV)/django-peers/.installed $(VENV)/load/.installed ## benchmark POST /plants beside a bare Django view, DRF, django-ninja and FastAPI peers, PostgreSQL durable (wrk: throughput and CPU per create with PostgreSQL's; k6's open loop: latency against offered load), and one client's ceiling; about 22 minutes; writes benchmarks/ (raw figures, plot, report) and BENCHMARKS.md. Smoke run (publishes nothing): BENCH_ROUNDS=2 BENCH_SECONDS=3 BENCH_LATENCY_REQUESTS=300
 	scripts/debian-packages postgresql wrk redis-server nginx
 	PG_TCP_PORT=$${PG_TCP_PORT:-55432} PG_DURABLE=1 PG_EXTRA_CONF="shared_preload_libraries = 'pg_stat_statements'" \
 		BENCH_K6=$(VENV)/load/bin/k6 BENCH_LOAD_PYTHON=$(VENV)/load/bin/python \
