@@ -23,18 +23,25 @@ import threading
 import time
 from contextlib import contextmanager
 
+from localcluster.processes import free_port
+
 # How long a forwarder tries to reach its target for one connection: libpq's smallest connect_timeout.
 CONNECT_TIMEOUT_S = 2
 
 
 class Forwarder:
     """Each TCP connection to 127.0.0.1:`port` forwarded, byte for byte, to `target`: a unix
-    socket's path, or a (host, port) pair."""
+    socket's path, or a (host, port) pair.
+
+    `port` is below the kernel's ephemeral range (free_port()), as every server's here is: a client
+    bound to another loopback address (the TLS proxy's, 127.0.0.10) may be given, as its source port,
+    a port this one holds at 127.0.0.1, and dropped_packets(port) would then drop that client's
+    packets too: a test beside it would see its request unanswered (seen in CI, twice)."""
 
     def __init__(self, target: str | tuple[str, int]):
         self.target = target
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
+        self.port = free_port()
+        self.listener = socket.create_server(("127.0.0.1", self.port))
         self.sockets: list[socket.socket] = []
         self.lock = threading.Lock()
         threading.Thread(target=self.accept, daemon=True).start()

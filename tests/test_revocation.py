@@ -122,7 +122,8 @@ def test_token_revoked_under_load_is_refused_by_every_worker_from_the_next_reque
         revoked_by = time.monotonic()  # the command has exited: its UPDATE has committed
         load.wait_for(len(load.answers) + 200)
 
-    assert {status for status, _ in answers_sent(load, before=revoked_by)} <= {200, *REFUSED}
+    # Each answer else than these shown whole (an unanswered request's text says why).
+    assert [answer for answer in answers_sent(load, before=revoked_by) if answer[0] not in {200, *REFUSED}] == []
     after = answers_sent(load, after=revoked_by)
     assert len(after) >= 100
     # Refused from the commit on: 401 saying why, then the address's limit (it may be reached
@@ -143,7 +144,8 @@ def test_token_expiring_under_load_is_refused_by_every_worker_from_its_expiry(se
         time.sleep(2)
         load.wait_for(len(load.answers) + 200)
 
-    assert {status for status, _ in answers_sent(load, before=expiry - 0.5)} == {200}
+    before = answers_sent(load, before=expiry - 0.5)
+    assert before and [answer for answer in before if answer[0] != 200] == []
     after = answers_sent(load, after=expiry)
     assert len(after) >= 100
     assert refusals(after) <= {(401, EXPIRED_TEXT), LIMITED} and (401, EXPIRED_TEXT) in refusals(after)
