@@ -127,6 +127,7 @@ class HAProxy:
         self.url = f"http://127.0.0.1:{port}"
         self.socket_path = work_dir / "haproxy.sock"
         self.metrics_port = free_port()  # its /metrics (Prometheus' haproxy job)
+        self.server_names = [self.server_name(number) for number in range(len(units))]
         servers = "".join(
             f"    server {self.server_name(number)} {unit.url.removeprefix('http://')} check\n"
             for number, unit in enumerate(units)
@@ -175,15 +176,21 @@ class HAProxy:
                 answer += chunk
         return answer.decode()
 
-    def server_stat(self, number: int) -> dict:
-        """The `show stat` row of one app server: status (UP, DOWN, DRAIN, MAINT), scur (sessions)…"""
+    def server_stats(self) -> list[dict]:
+        """Each app server's `show stat` row, in the units' order, from one `show stat`: status (UP,
+        DOWN, DRAIN, MAINT), scur (sessions), check_status, check_duration…"""
         header, *rows = self.command("show stat").splitlines()
         names = header.removeprefix("# ").split(",")
-        for row in rows:
-            stat = dict(zip(names, row.split(","), strict=False))
-            if stat.get("pxname") == "app_servers" and stat.get("svname") == self.server_name(number):
-                return stat
-        raise RuntimeError(f"haproxy has no server {self.server_name(number)}")
+        stats = [dict(zip(names, row.split(","), strict=False)) for row in rows]
+        by_name = {stat["svname"]: stat for stat in stats if stat.get("pxname") == "app_servers"}
+        try:
+            return [by_name[name] for name in self.server_names]
+        except KeyError as missing:
+            raise RuntimeError(f"haproxy has no server {missing}") from None
+
+    def server_stat(self, number: int) -> dict:
+        """The `show stat` row of one app server (server_stats())."""
+        return self.server_stats()[number]
 
     def set_state(self, number: int, state: str) -> None:
         answer = self.command(f"set server app_servers/{self.server_name(number)} state {state}")

@@ -46,11 +46,11 @@ class HealthChecks:
     def watch(self) -> None:
         last = {}
         while not self.stopped.wait(0.25):
-            for number in range(len(self.topology.cluster.units)):
-                try:
-                    stat = self.topology.cluster.haproxy.server_stat(number)
-                except (OSError, RuntimeError):
-                    continue
+            try:
+                stats = self.topology.cluster.haproxy.server_stats()
+            except (OSError, RuntimeError):
+                continue
+            for number, stat in enumerate(stats):
                 seen = (stat["status"], stat["check_status"], stat["check_duration"])
                 if last.get(number) != seen:
                     last[number] = seen

@@ -242,7 +242,7 @@ def test_units_whose_rate_limit_store_is_down_stay_in_the_balancer_and_serve_unc
     """.env.example's PLANTS_RATE_LIMIT_FAILURE_MODE, open: Redis down stops no create."""
 
     def statuses() -> set[str]:
-        return {cluster.haproxy.server_stat(number)["status"] for number in range(len(cluster.units))}
+        return {stat["status"] for stat in cluster.haproxy.server_stats()}
 
     cluster.redis.stop()
     try:

@@ -91,9 +91,9 @@ class Topology:
     def converged(self) -> bool:
         """A primary and its synchronous standby, the standby guard, Redis, and every unit running and UP in HAProxy."""
         try:
+            stats = self.cluster.haproxy.server_stats()
             units_up = all(
-                unit.running() and self.cluster.haproxy.server_stat(number)["status"] == "UP"
-                for number, unit in enumerate(self.cluster.units)
+                unit.running() and stat["status"] == "UP" for unit, stat in zip(self.cluster.units, stats, strict=True)
             )
             return (
                 units_up and self.cluster.redis.answers() and self.database.guard.running() and self.database.healthy()
@@ -108,11 +108,11 @@ class Topology:
             state["database"] = self.database.states()
         except psycopg.Error as error:
             state["database"] = repr(error)
-        for number, unit in enumerate(self.cluster.units):
-            try:
-                status = self.cluster.haproxy.server_stat(number)["status"]
-            except (OSError, RuntimeError) as error:
-                status = repr(error)
+        try:
+            statuses = [stat["status"] for stat in self.cluster.haproxy.server_stats()]
+        except (OSError, RuntimeError) as error:
+            statuses = [repr(error)] * len(self.cluster.units)
+        for unit, status in zip(self.cluster.units, statuses, strict=True):
             state[unit.name] = f"running: {unit.running()}, in HAProxy: {status}"
         return state
 
