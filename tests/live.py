@@ -173,7 +173,10 @@ def request(
     except urllib.error.HTTPError as error:
         return error.code, error.headers, error.read().decode()
     except (OSError, urllib.error.URLError, http.client.HTTPException) as error:
-        return None, None, f"{type(error).__name__}: {error}"  # no answer: a timeout, or the connection's end
+        # No answer. The text tells where: "URLError: <urlopen error timed out>", the connection never
+        # made (or the request never sent) in time; "TimeoutError: timed out", sent, and no answer in time;
+        # "RemoteDisconnected", "ConnectionResetError", "ConnectionRefusedError": the connection's end.
+        return None, None, f"{type(error).__name__}: {error}"
 
 
 def create_many(url: str, token: str, ids, name: str, threads: int = 8) -> list[tuple]:
