@@ -129,8 +129,8 @@ class HAProxy:
         self.metrics_port = free_port()  # its /metrics (Prometheus' haproxy job)
         self.server_names = [self.server_name(number) for number in range(len(units))]
         servers = "".join(
-            f"    server {self.server_name(number)} {unit.url.removeprefix('http://')} check\n"
-            for number, unit in enumerate(units)
+            f"    server {name} {unit.url.removeprefix('http://')} check\n"
+            for name, unit in zip(self.server_names, units, strict=True)
         )
         # Its checks name a host the units allow (deploy/probe.py), as every unit's own probe does.
         self.probe_host = probe_host

@@ -122,7 +122,7 @@ def test_token_revoked_under_load_is_refused_by_every_worker_from_the_next_reque
         revoked_by = time.monotonic()  # the command has exited: its UPDATE has committed
         load.wait_for(len(load.answers) + 200)
 
-    # Each answer else than these shown whole (an unanswered request's text says why).
+    # Any other answer is shown whole (an unanswered request's text says why).
     assert [answer for answer in answers_sent(load, before=revoked_by) if answer[0] not in {200, *REFUSED}] == []
     after = answers_sent(load, after=revoked_by)
     assert len(after) >= 100
