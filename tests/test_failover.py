@@ -49,9 +49,11 @@ pytestmark = [pytest.mark.postgres, pytest.mark.live]
 
 # A switchover fails the creates of the moment neither node takes writes, each retried to a 200:
 # measured, 33 to 52 requests over 1.2 to 1.4 s (4 clients retrying every 0.1 s), once 273 over 7.1 s
-# at a load average of 15. The bound tested: every failed request sent within 10 s of its start, so
-# at most 4 clients × 10 s / 0.1 s of them.
-SWITCHOVER_SECONDS = 10
+# at a load average of 15, and in CI once 319 from 1.8 s to 11.2 s after its start (Debian 12, three
+# test processes on two cores). What is tested: no create fails once deploy/switchover.py has returned
+# (it returns when both nodes have settled), and it returns within 20 s, so at most
+# 4 clients × 20 s / 0.1 s failed requests.
+SWITCHOVER_SECONDS = 20
 SWITCHOVER_FAILED_REQUESTS = 4 * SWITCHOVER_SECONDS * 10
 log = logging.getLogger(__name__)  # the times measured: pytest --log-cli-level=INFO
 REVOKED = {"error": 40101, "message": "The token has been revoked."}
@@ -172,7 +174,7 @@ def test_switchover_under_load_loses_no_acknowledged_create_and_fails_few_reques
         started, since, logged = time.monotonic(), monitor_now(healthy), log_sizes(healthy)
         healthy.switchover()
         switched_after = time.monotonic() - started
-        time.sleep(max(0.0, started + SWITCHOVER_SECONDS + 2 - time.monotonic()))
+        time.sleep(2)  # creates sent once it is done: each a 200
 
     failed = [sent - started for _, status, _, _, sent in load.answers if status != 200]
     log.info(
@@ -198,8 +200,11 @@ def test_switchover_under_load_loses_no_acknowledged_create_and_fails_few_reques
         ]
     )
     assert_only_created_or_unavailable(load)
-    assert len(failed) <= SWITCHOVER_FAILED_REQUESTS and max(failed, default=0) < SWITCHOVER_SECONDS
-    late = [status for _, status, _, _, sent in load.answers if sent > started + SWITCHOVER_SECONDS]
+    assert switched_after < SWITCHOVER_SECONDS and len(failed) <= SWITCHOVER_FAILED_REQUESTS
+    assert max(failed, default=0) < switched_after, (
+        f"a create failed after the switchover was done ({switched_after:.1f} s)"
+    )
+    late = [status for _, status, _, _, sent in load.answers if sent > started + switched_after]
     assert len(late) >= 20 and set(late) == {200}
     new_primary = healthy.primary()
     assert new_primary is not old_primary and healthy.states()[old_primary.name][1] == "secondary"
