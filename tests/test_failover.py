@@ -510,7 +510,9 @@ def test_database_store_starts_a_tokens_count_afresh_after_a_failover_and_after_
         old_primary.start()  # it rejoins as the standby, then is made primary again by the switchover
         healthy.wait_until_healthy(timeout=120)
         healthy.switchover()
-        wait_until(writable, None, SWITCHOVER_SECONDS, "a create after the switchover")
+        # The switchover is done, so a node takes writes: the unit's connection to the old primary has
+        # ended, and its next finds the new one within two database bounds.
+        wait_until(writable, None, 2 * BOUND_SECONDS, "a create after the switchover")
         after_the_switchover = spend()
     finally:
         unit.stop()
