@@ -82,7 +82,7 @@ DEBIAN13_TARGETS ?= test-postgres
 test-newest: ## DEBIAN13_TARGETS (test-postgres) in a Debian 13 root (Python 3.13, PostgreSQL 17) on DEBIAN13_RUNTIME's pins (the newest releases)
 	scripts/debian-packages debootstrap
 	DEBIAN13_ROOT=$(DEBIAN13_ROOT) scripts/debian13 env COVERAGE_FILE=/tmp/plantstore.coverage \
-		make VENV=/opt/plantstore/$(basename $(notdir $(DEBIAN13_RUNTIME))) RUNTIME_REQUIREMENTS=$(DEBIAN13_RUNTIME) \
+		make VENV=/opt/plantstore/$(basename $(notdir $(DEBIAN13_RUNTIME))) RUNTIME_REQUIREMENTS=$(DEBIAN13_RUNTIME) POSTGRES_PASS_PACKAGES= \
 		PYTEST_ARGS='--with-own-database --deselect tests/test_alerts_live.py --deselect tests/test_chaos.py $(PYTEST_ARGS)' coverage-erase $(DEBIAN13_TARGETS)
 
 image: ## build plantstore:latest from the checkout with podman (CONTAINER_ENGINE=docker), offline if need be: BASE, else debian:bookworm-slim, else a Debian base made here
@@ -96,7 +96,7 @@ system-packages: ## install the Debian packages the tests need, if missing (Post
 	scripts/debian-packages postgresql pgbackrest pgbouncer redis-server nginx haproxy prometheus prometheus-alertmanager prometheus-blackbox-exporter prometheus-postgres-exporter chromium python3-venv nftables
 	scripts/debian-packages $(FAILOVER_PACKAGES)
 
-container-packages: ## podman, buildah, runc, podman-compose and debootstrap for tests/test_container.py and tests/test_systemd_host.py, with what podman's network backend needs for names: CNI's DNS plugin (podman 4), or netavark's (podman 5)
+container-packages: ## podman, buildah, runc, podman-compose and debootstrap for tests/test_container.py and the systemd hosts (tests/test_systemd_host*.py, tests/test_release_states.py), with what podman's network backend needs for names: CNI's DNS plugin (podman 4), or netavark's (podman 5)
 	scripts/debian-packages podman buildah runc podman-compose debootstrap
 	case "$$(podman info --format '{{.Host.NetworkBackend}}' 2>/dev/null)" in \
 		cni) scripts/debian-packages golang-github-containernetworking-plugin-dnsname ;; \
@@ -114,7 +114,10 @@ format: $(VENV)/.dev ## apply ruff's fixes and formatting
 test-sqlite: $(VENV)/.dev system-packages container-packages ## the test suite on SQLite (the embedded default); PostgreSQL-only and `alone` tests deselected
 	env -u DATABASE_URL $(VENV)/bin/pytest $(PARALLEL_ARGS) $(COVERAGE_ARGS) --durations=15 $(PYTEST_ARGS)
 
-test-postgres: $(VENV)/.dev system-packages ## the whole test suite on a throwaway PostgreSQL server (scripts/with-postgres)
+# The PostgreSQL pass boots a systemd host too (tests/test_systemd_host_alerts.py), but for make
+# test-newest's, which runs no container.
+POSTGRES_PASS_PACKAGES ?= container-packages
+test-postgres: $(VENV)/.dev system-packages $(POSTGRES_PASS_PACKAGES) ## the whole test suite on a throwaway PostgreSQL server (scripts/with-postgres)
 	scripts/with-postgres bash -c '$(VENV)/bin/pytest $(PARALLEL_ARGS) -m "not alone" $(COVERAGE_ARGS) --durations=15 $(PYTEST_ARGS) \
 		&& { $(VENV)/bin/pytest -m alone $(COVERAGE_ARGS) $(PYTEST_ARGS) || [ $$? -eq 5 ]; }'  # 5: PYTEST_ARGS left none
 

@@ -5,10 +5,9 @@ A skipped test did not pass: the run fails if any test skips. Tests that need Po
 summary) and run in `make test-postgres`; so are those that need the machine to themselves (`alone`).
 Tests whose servers use a database of their own (`own_database`: `make serve`'s SQLite file, a
 PostgreSQL server of the test's own) and the containers run once, as the run's database cannot change
-their outcome: in the SQLite pass, but for the modules of `OWN_DATABASE_IN_POSTGRESQL_PASS`, run in the
-PostgreSQL pass to even the two passes out (`--with-own-database` runs every one of them on PostgreSQL,
-for make test-newest's single pass). Tests of SQLite's own behaviour on the run's SQLite test database
-(`sqlite`) run in the SQLite pass only.
+their outcome: in the SQLite pass, but for the modules of `RUN_ONCE_IN_POSTGRESQL_PASS` (`--with-own-database`
+runs the own_database tests on PostgreSQL, and no container, for make test-newest's single pass).
+Tests of SQLite's own behaviour on the run's SQLite test database (`sqlite`) run in the SQLite pass only.
 """
 
 import json
@@ -97,6 +96,7 @@ SLOWEST_MODULES = [
     "test_release_states.py",  # 380, SQLite pass
     "test_alerts_live.py",  # 360, PostgreSQL pass
     "test_failover.py",  # 340, PostgreSQL pass
+    "test_systemd_host_alerts.py",  # 250 (its host, then the page), PostgreSQL pass
     "test_container.py",  # 165
     "test_cluster.py",  # 110
     "test_edge.py",  # 100 in each pass
@@ -112,12 +112,11 @@ SLOWEST_MODULES = [
 ]
 
 
-# Modules of `own_database` tests that run in the PostgreSQL pass rather than the SQLite pass. The
-# SQLite pass is bound by its work (its three processes busy to its end), the PostgreSQL pass by
-# test_alerts_live.py's waits: measured on a fresh clone (2026-12-02), a SQLite pass of 401 s beside a
-# PostgreSQL pass of 369 s, two of whose processes sat idle for its last 90 s. These three modules
-# (about 60, 47 and 30 s) move that work to where a process waits.
-OWN_DATABASE_IN_POSTGRESQL_PASS = {"test_serve.py", "test_reload.py", "test_stop.py"}
+# Modules of tests that run once (`own_database`, `container`) that run in the PostgreSQL pass rather
+# than the SQLite pass: the SQLite pass is as long as test_systemd_host.py, its other processes done
+# 2 min before it, and the PostgreSQL pass as test_alerts_live.py, two of its processes idle for its
+# last minutes (measured on fresh clones, 2026-12-03; docs/decisions/parallel-tests.md).
+RUN_ONCE_IN_POSTGRESQL_PASS = {"test_systemd_host_alerts.py"}
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -155,29 +154,24 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.postgres)
         if STARTS_A_SERVER & set(item.fixturenames):
             item.add_marker(pytest.mark.live)
-    # The containers, and servers on a database of their own, use no test database: they run once,
-    # in the SQLite pass, or the PostgreSQL pass for OWN_DATABASE_IN_POSTGRESQL_PASS. Tests that need
-    # the machine to themselves run once, in the PostgreSQL pass, after the others (there, and only
-    # there, whatever their database).
-    if connection.vendor == "postgresql":
-        deselected = [item for item in items if in_sqlite_pass_only(item, config.getoption("with_own_database"))]
-    else:
-        deselected = [item for item in items if in_postgresql_pass_only(item)]
+    postgresql, with_own_database = connection.vendor == "postgresql", config.getoption("with_own_database")
+    deselected = [item for item in items if not in_this_pass(item, postgresql, with_own_database)]
     config.hook.pytest_deselected(items=deselected)
     items[:] = [item for item in items if item not in deselected]
 
 
-def in_sqlite_pass_only(item, with_own_database: bool) -> bool:
-    if item.get_closest_marker("container") or item.get_closest_marker("sqlite"):
-        return True
-    own_database = item.get_closest_marker("own_database") and not item.get_closest_marker("alone")
-    return bool(own_database) and not with_own_database and not in_postgresql_pass_only(item)
-
-
-def in_postgresql_pass_only(item) -> bool:
+def in_this_pass(item, postgresql: bool, with_own_database: bool) -> bool:
+    """Whether the pass on PostgreSQL (else SQLite) runs the test: the rules of this module's docstring."""
+    if item.get_closest_marker("sqlite"):
+        return not postgresql
     if item.get_closest_marker("postgres") or item.get_closest_marker("alone"):
-        return True
-    return bool(item.get_closest_marker("own_database")) and item.path.name in OWN_DATABASE_IN_POSTGRESQL_PASS
+        return postgresql  # the alone ones after the others (make test-postgres), whatever their database
+    container = bool(item.get_closest_marker("container"))
+    if postgresql and with_own_database:  # make test-newest's one pass: Python's and Django's tests, no container
+        return not container
+    if container or item.get_closest_marker("own_database"):  # their servers use no test database: once
+        return postgresql == (item.path.name in RUN_ONCE_IN_POSTGRESQL_PASS)
+    return True
 
 
 def pytest_runtest_logreport(report):

@@ -2,7 +2,7 @@
 docs/deploying.md says, on the host's PostgreSQL from Debian and on SQLite, the shell blocks of the
 operator's pages run as written there (tests/operator_docs.py): what an operator sees of their
 start, releases (deploy/plantstore-release), rollback, tokens, backups, stop, journal, sandbox and
-restarts."""
+restarts. Prometheus wired to such a host: tests/test_systemd_host_alerts.py."""
 
 import hashlib
 import json
@@ -18,19 +18,10 @@ from tests.installed_unit import (
     EDGE_FILE,
     ENV_FILE,
     MANAGE,
-    PROMETHEUS_NAMES_IT,
     RATE,
     SQLITE_URL,
 )
 from tests.live import Browser, request
-from tests.monitoring import (
-    ShippedPrometheus,
-    WebhookReceiver,
-    alertmanager,
-    blackbox_exporter,
-    running,
-    watching_directory,
-)
 from tests.operator_docs import CHECKOUT, PAGES, skip_reasons
 
 # One host per module; the host is no database of the run's: once, in the SQLite pass, as the container tests.
@@ -470,45 +461,6 @@ def test_on_sqlite_in_its_state_directory_it_migrates_serves_releases_and_counts
     ]
     assert owner.splitlines() == ["plantstore 700", "plantstore 644"]
     assert copied == "[1, 2]\n"
-
-
-def test_prometheus_wired_as_operating_md_says_pages_once_when_the_host_s_app_server_is_down(deployed):
-    """Debian's Prometheus, Alertmanager and blackbox exporter on this machine, as on a monitoring host,
-    with deploy/prometheus/'s files unchanged and the targets docs/operating.md has an operator write
-    for a systemd host: /metrics through the host's nginx (the name Prometheus scrapes it by is in
-    DJANGO_ALLOWED_HOSTS), the blackbox probe of /healthz. Healthy: every target up, no alert but
-    Watchdog. The serving slot stopped: nothing answers behind nginx, the edge's probe and the app's
-    scrape fail, PlantsAppServersDown fires and its page arrives once."""
-    address = f"{PROMETHEUS_NAMES_IT}:{deployed.host.port}"
-    work_dir, webhook = watching_directory(), WebhookReceiver()
-    alerts, blackbox = alertmanager(work_dir, webhook), blackbox_exporter(work_dir)
-    targets = {
-        "plantstore.yml": [{"targets": [address]}],
-        "edge.yml": [{"targets": [blackbox.address], "labels": {"__param_target": f"http://{address}/healthz"}}],
-        "alertmanager.yml": [{"targets": [alerts.address]}],
-    }
-    prometheus = ShippedPrometheus(work_dir, deployed.app_environment("PLANTS_METRICS_TOKEN"), targets)
-    slot = deployed.slot()
-    with running(work_dir, webhook, [alerts, blackbox, prometheus]):
-        up = lambda: [health for _, health in prometheus.targets()] == ["up", "up"]  # noqa: E731
-        wait_until(up, prometheus.process, 60, "every target scraped")
-        wait_until(lambda: prometheus.alerts() == {"Watchdog": "firing"}, prometheus.process, 60, "only the watchdog")
-        healthy = prometheus.targets(), prometheus.alerts()
-        deployed.host.run(f"systemctl stop plantstore-app@{slot}")
-        try:
-            down = lambda: prometheus.alerts().get("PlantsAppServersDown") == "firing"  # noqa: E731
-            # A failed scrape, `for: 1m`, then the route's group_wait (30 s).
-            wait_until(down, prometheus.process, 150, "PlantsAppServersDown firing")
-            pending_or_firing = set(prometheus.alerts())
-            wait_until(lambda: webhook.notified("page", "PlantsAppServersDown"), None, 60, "the page")
-            time.sleep(15)  # one more evaluation: a page sent twice would be here
-            pages = webhook.notified("page", "PlantsAppServersDown")
-        finally:
-            deployed.host.run(f"systemctl start plantstore-app@{slot}", check=False)
-
-    assert healthy == ([("plantstore", "up"), ("plantstore-edge", "up")], {"Watchdog": "firing"})
-    assert {"PlantsAppServersDown", "PlantsAppServerDown", "PlantsEdgeDown"} <= pending_or_firing
-    assert len(pages) == 1 and webhook.notified("ticket", "PlantsAppServersDown") == []
 
 
 def test_every_shell_block_of_the_operator_s_pages_ran_as_written_and_passed_but_the_marked_ones(deployed, docs):
