@@ -112,10 +112,9 @@ SLOWEST_MODULES = [
 ]
 
 
-# Modules of tests that run once (`own_database`, `container`) that run in the PostgreSQL pass rather
-# than the SQLite pass: the SQLite pass is as long as test_systemd_host.py, its other processes done
-# 2 min before it, and the PostgreSQL pass as test_alerts_live.py, two of its processes idle for its
-# last minutes (measured on fresh clones, 2026-12-03; docs/decisions/parallel-tests.md).
+# The modules of run-once tests (`own_database`, `container`) that the PostgreSQL pass runs, not the
+# SQLite pass: modules that mostly wait, run where the processes beside test_alerts_live.py would sit
+# idle (docs/decisions/parallel-tests.md, measured 2026-12-03).
 RUN_ONCE_IN_POSTGRESQL_PASS = {"test_systemd_host_alerts.py"}
 
 
