@@ -53,8 +53,6 @@ def granian_command(env: dict, socket_mode: str = "0o600") -> list[str]:
 if __name__ == "__main__":
     # The systemd install's slot (deploy/systemd/plantstore-app@.service): Granian itself, in this
     # process's place, on the socket given, with the unit's settings and APP_ENVIRONMENT beneath them.
-    # The socket is the group's too: nginx, a user of its own, is in the slot's group (the folder
-    # holding the socket, the unit's runtime directory, is the group's alone: no other user reaches it).
     import sys
 
     command = [part.format(socket=sys.argv[1]) for part in granian_command(os.environ, socket_mode="0o660")]

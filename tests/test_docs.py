@@ -323,3 +323,5 @@ def test_the_supervisor_record_counts_deploy_s_python_as_it_is():
 
     assert f"`deploy/`'s Python is {total:,} lines (`wc -l deploy/*.py`" in page
     assert f"(`switchover.py`, `standby_guard.py`: {database} of them" in page
+    # The figure when nginx had two ways to switch (1,008 lines): the standby guard came later.
+    assert f"{total - lines['standby_guard.py']:,} without `standby_guard.py`" in page

@@ -22,9 +22,10 @@ def test_a_failed_release_leaves_what_served_before_through_a_crash_and_a_restar
     """Three broken releases, under load: one whose code raises (its slot never answers), one whose
     nginx config nginx refuses, one whose settings the app refuses. deploy/plantstore-release exits 1
     naming the journal that says why, which does; the running slot serves on, every request answered.
-    Then, the settings file still refused: the serving slot killed (systemd starts it again), then
-    restarted, each time from the release and the settings it was released with; then the good
-    release, released again, serves."""
+    Then, the settings file still refused and /opt/plantstore pointed at the release that cannot
+    start (as by hand): the serving slot killed (systemd starts it again), then restarted, each time
+    from the release and the settings it was released with; then the good release, released again,
+    serves."""
     good = deployed.host.run("readlink -f /opt/plantstore").stdout.strip()
     cannot_start, refused_config = "/opt/plantstore-releases/cannot-start", "/opt/plantstore-releases/refused-config"
     deployed.host.run(
@@ -47,6 +48,7 @@ def test_a_failed_release_leaves_what_served_before_through_a_crash_and_a_restar
             answered_after = len(load.answers)
             load.wait_for(answered_after + 50)
         journal, still = deployed.journal(since), (deployed.slot(), deployed.app_workers())
+        deployed.host.run(f"ln -sfn {cannot_start} /opt/plantstore")
         main = deployed.app_main()
         deployed.host.run(f"kill -9 {main}")
         # systemd starts it again (Restart=on-failure) once its start, ExecStartPost='s probe, succeeds.
@@ -70,6 +72,7 @@ def test_a_failed_release_leaves_what_served_before_through_a_crash_and_a_restar
             deployed.app_environment("DJANGO_SECRET_KEY") == key,
         )
     finally:
+        deployed.host.run(f"ln -sfn {good} /opt/plantstore")
         deployed.configure(DJANGO_SECRET_KEY=key)
     back = deployed.release(check=False)
 
@@ -254,11 +257,12 @@ def serving_alone(slot: str) -> dict:
 def stopped_at(deployed: Deployed, step: str, signal: str) -> tuple[bool, int, list[str]]:
     """deploy/plantstore-release run in a session of its own, its process group sent `signal` (as a Ctrl-C
     or a dropped SSH session sends one to a terminal's) once the host shows `step`, then systemd's jobs
-    left to finish: whether the host showed it, the release's exit status and its lines."""
+    left to finish: whether the host showed it, the release's exit status and its lines. The release
+    gets SIGINT's default action, as from a terminal (a shell's background job ignores it)."""
     old = deployed.state()["nginx"]
     shown = STEPS[step].format(old=old, new="b" if old == "a" else "a")
     lines = deployed.host.run(
-        f"setsid {RELEASE} >/tmp/release.out 2>&1 & release=$!; reached=no"
+        f"setsid env --default-signal=INT {RELEASE} >/tmp/release.out 2>&1 & release=$!; reached=no"
         f"; for _ in $(seq 2000); do if {shown}; then reached=yes; break; fi; sleep 0.01; done"
         f"; kill -{signal} -- -$release; status=0; wait $release || status=$?"
         # What systemd was asked goes on without the release (a start, nginx's reload): the state it leaves.
@@ -311,3 +315,27 @@ def test_a_release_stopped_at_each_of_its_steps_leaves_one_release_serving_and_t
         # Before nginx is told, it undoes the release; once nginx has switched, it finishes it.
         expected = {"after the new slot starts": [undone], "after the switch": [finished]}.get(step, [undone, finished])
         assert outcome in expected, (step, outcomes[step])
+
+
+@pytest.mark.parametrize(("signal", "step"), [("INT", "after the new slot starts"), ("HUP", "after the switch")])
+def test_a_release_stopped_by_a_ctrl_c_or_a_dropped_session_leaves_one_release_serving(deployed, signal, step):
+    """A Ctrl-C (SIGINT) before nginx is told undoes the release; a dropped SSH session (SIGHUP) once
+    nginx has switched finishes it. Either way one slot serves, a create is 200 and the next release
+    succeeds."""
+    before = deployed.state()["nginx"]
+    new = "b" if before == "a" else "a"
+    reached, status, lines = stopped_at(deployed, step, signal)
+    left = deployed.state()
+    created = deployed.create({"INT": 780_000, "HUP": 780_001}[signal], deployed.token)[0]
+    released = deployed.release(check=False).returncode
+
+    expected = {
+        "INT": (
+            1,
+            [f"plantstore-release: stopped by SIGINT; plantstore-app@{before} serves on"],
+            serving_alone(before),
+        ),
+        "HUP": (0, [f"plantstore-release: plantstore-app@{new} serves"], serving_alone(new)),
+    }[signal]
+    last = [line.partition(" /opt")[0] for line in lines[-1:]]
+    assert (reached, status, last, left, created, released) == (True, *expected, 200, 0), lines
