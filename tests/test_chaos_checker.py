@@ -2,6 +2,7 @@
 fails on the history that breaks it. No server runs (localcluster/chaos/)."""
 
 import json
+import re
 import threading
 import time
 
@@ -183,6 +184,8 @@ def test_the_summary_gives_each_kind_its_worst_unavailability_refusals_and_p99(t
     assert (
         svg.startswith("<svg") and "primary-killed" in svg and svg.count("<polyline") == 5
     )  # 200, 503, no answer; median, slowest
+    # The fault's span shaded: 0.8 s to 6.0 s of the 6 s plotted, on the 1,020 px from x = 60.
+    assert re.findall(r'<rect x="([\d.]+)" y="\d+" width="([\d.]+)"', svg) == [("196.0", "884.0")]
 
 
 class Recorded(Fault):

@@ -19,7 +19,7 @@ CLIENTS = 4
 PAUSE_S = 0.15
 LIMIT, WINDOW = 600, 60
 THROTTLE_RATE = f"{LIMIT}/minute"
-# Load goes on this long once the cluster has converged, before the clients stop.
+# Load goes on to the run's duration, and at least this long once the cluster has converged.
 AFTER_CONVERGED_S = 5.0
 
 
@@ -61,8 +61,7 @@ def run(topology: Topology, schedule: list[Planned], seed: int, duration: float,
         client.start()
     try:
         nemesis.run()
-        time.sleep(max(0.0, started_at + duration - time.time()))
-        healed = time.time()
+        healed = time.time()  # the last fault's heal: the convergence's bound counts from here
         deadline, converged = healed + CONVERGE_WITHIN_S, None
         while converged is None and time.time() < deadline:
             converged = time.time() if topology.converged() else time.sleep(0.5)
@@ -70,7 +69,7 @@ def run(topology: Topology, schedule: list[Planned], seed: int, duration: float,
         say(
             f"+{time.time() - started_at:6.1f} s  every fault healed; converged: {converged and round(converged - healed, 1)} s"
         )
-        time.sleep(AFTER_CONVERGED_S)
+        time.sleep(max(AFTER_CONVERGED_S, started_at + duration - time.time()))
     finally:
         nemesis.abort()
         for client in clients:
