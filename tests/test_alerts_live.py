@@ -5,7 +5,7 @@ untouched), and Alertmanager's page for every app server down arrives once.
 
 The cluster and its failover pair are tests/failover.py's. The tests run in order, the failures grouped
 so that each server is stopped once: Redis, the standby and archiving at once; then the database cut
-off from the app servers; then every app server and the front stopped.
+off from the app servers; then the front stopped, then every app server too.
 """
 
 import time
@@ -24,6 +24,7 @@ from tests.monitoring import (
     blackbox_exporter,
     postgres_exporter,
     running,
+    series_the_rules_read,
     watching_directory,
 )
 
@@ -90,6 +91,8 @@ def test_healthy_under_load_for_two_minutes_no_alert_is_pending_or_firing_but_th
         time.sleep(HEALTHY_S)
 
     targets = prometheus.targets()
+    # Each series the rules read, under the job they name, is one the real units and exporters give.
+    unread = sorted(selector for selector in series_the_rules_read() if not prometheus.query(f"count({selector})"))
     in_window = prometheus.query(f"count by (alertname, alertstate) (count_over_time(ALERTS[{HEALTHY_S}s]))")
     # The healthy window alone: before it, the cluster's first (cold) creates are most of what the
     # latency budget's windows hold, and a burn seen then says nothing of the service under load.
@@ -97,6 +100,7 @@ def test_healthy_under_load_for_two_minutes_no_alert_is_pending_or_firing_but_th
         f'count by (alertname) (count_over_time(ALERTS{{alertstate="firing", alertname!="Watchdog"}}[{HEALTHY_S}s]))'
     )
 
+    assert unread == []
     assert targets == sorted(
         [("plantstore", "up")] * 2
         + [("plantstore-edge", "up"), ("haproxy", "up")]
@@ -167,6 +171,9 @@ def test_every_app_server_and_the_front_stopped_raise_their_alerts_and_one_page_
     webhook = watching.webhook
     try:
         cluster.front.stop()
+        # The front alone first: its alert while every app server is up.
+        watching.wait_for({"PlantsEdgeDown"})
+        front_alone = set(watching.prometheus.alerts())
         for unit in cluster.units:
             unit.stop()
         # Each app server's own alert too (its `for:` is 10 minutes: pending, not firing, here).
@@ -180,5 +187,6 @@ def test_every_app_server_and_the_front_stopped_raise_their_alerts_and_one_page_
         cluster.front.start()
     time.sleep(15)  # one more evaluation: a page sent twice would be here
 
+    assert {"PlantsAppServersDown", "PlantsAppServerDown"}.isdisjoint(front_alone), front_alone
     assert len(webhook.notified("page", "PlantsAppServersDown")) == 1
     assert webhook.notified("ticket", "PlantsAppServersDown") == []
