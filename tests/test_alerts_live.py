@@ -53,12 +53,15 @@ class Watching:
 def watching(database, cluster):  # noqa: F811
     work_dir = watching_directory()
     webhook = WebhookReceiver()
+    # The exporters' role as docs/operating.md has an operator make it: pg_monitor's, nothing more (the
+    # standby has it by replication).
+    FailoverDatabase.execute(database.primary(), "CREATE ROLE prometheus LOGIN IN ROLE pg_monitor")
     # Each exporter reaches its node on its unix socket, as on the node's host (the package's README.Debian).
     servers = [alertmanager(work_dir, webhook), blackbox_exporter(work_dir)] + [
         postgres_exporter(
             work_dir,
             node.name,
-            f"user=postgres host={database.socket_dir} port={node.port} dbname=postgres sslmode=disable",
+            f"user=prometheus host={database.socket_dir} port={node.port} dbname=postgres sslmode=disable",
         )
         for node in database.nodes
     ]
