@@ -801,13 +801,20 @@ def test_replication_stalled_for_20_s_under_load_moves_the_primary_to_wait_prima
     one_copy = [at for at, seen in states if seen[primary.name] == ("wait_primary", "wait_primary")]
     # Every create answered after the stall began, those in flight then among them.
     during = [(status, took) for sent, took, status in load.took if sent + took > stalled_at]
-    log.info(
-        "%s stalled: the primary in wait_primary %.1f s after the stall began; the slowest answer %.1f s;"
-        " %d 503s of %d answers since; the pair synchronous again %.1f s after the process resumed",
-        *(stalled, min(one_copy, default=-1), max(took for _, took in during)),
-        *([status for status, _ in during].count(503), len(during), converged_after),
+    summary = (
+        f"{stalled} stalled: the primary in wait_primary {min(one_copy, default=-1):.1f} s after the stall began;"
+        f" the slowest answer {max(took for _, took in during):.1f} s; {[status for status, _ in during].count(503)}"
+        f" 503s of {len(during)} answers since; the pair synchronous again {converged_after:.1f} s after the process"
+        " resumed"
     )
-    assert_only_created_or_unavailable(load)  # no answer missing: each within the client's 10 s
+    log.info(summary)
+    # Failing, it says when the monitor moved a node and what the guard did.
+    previous = [None, *(nodes for _, nodes in states)]
+    moves = [
+        f"+{at:.1f} s {nodes}" for (at, nodes), before in zip(states, previous[:-1], strict=True) if nodes != before
+    ]
+    guard = healthy.guard.log_path.read_text().splitlines()[-15:]
+    assert_only_created_or_unavailable(load, f"{summary}; the monitor: {moves}; the guard: {guard}")  # within 10 s
     assert one_copy and states[-1][1][standby.name] == ("maintenance", "maintenance")
     late = [status for _, status, _, _, sent in load.answers if stalled_at + one_copy[0] + 5 < sent < resumed_at]
     assert len(late) >= 20 and set(late) == {200}
