@@ -809,10 +809,7 @@ def test_replication_stalled_for_20_s_under_load_moves_the_primary_to_wait_prima
     )
     log.info(summary)
     # Failing, it says when the monitor moved a node and what the guard did.
-    previous = [None, *(nodes for _, nodes in states)]
-    moves = [
-        f"+{at:.1f} s {nodes}" for (at, nodes), before in zip(states, previous[:-1], strict=True) if nodes != before
-    ]
+    moves = [f"+{next(seen)[0]:.1f} s {nodes}" for nodes, seen in itertools.groupby(states, key=lambda state: state[1])]
     guard = healthy.guard.log_path.read_text().splitlines()[-15:]
     assert_only_created_or_unavailable(load, f"{summary}; the monitor: {moves}; the guard: {guard}")  # within 10 s
     assert one_copy and states[-1][1][standby.name] == ("maintenance", "maintenance")
