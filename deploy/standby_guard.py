@@ -4,7 +4,8 @@
 
 Run beside pg_auto_failover's monitor, under a supervisor, for a pair (a primary and one standby).
 MONITOR_URI, --user and --dbname are as deploy/switchover.py's: the monitor's URI, and a superuser's
-(or a member of pg_monitor's) to reach the primary at the host and port the monitor has for it.
+(or a member of pg_monitor's and pg_signal_backend's) to reach the primary at the host and port the
+monitor has for it.
 
 pg_auto_failover 2.0 to 2.2 judges a standby by its keeper's reports and its own connection checks
 alone: when only the replication stalls (the standby's walreceiver stopped, or the link between the
@@ -23,6 +24,12 @@ maintenance (`pg_autoctl disable maintenance`'s call): the standby restarts, cat
 `secondary` again, and the primary waits for it again. A maintenance the guard did not start is left
 alone. Cancelling the commits' wait instead would be wrong: PostgreSQL then reports each commit done
 on the primary alone, while the monitor still counts the standby as a copy it may promote.
+
+Once the primary is in `wait_primary` (the guard's doing or the monitor's, for a standby lost) and its
+settings name no synchronous standby, the commits still waiting are cancelled: PostgreSQL's
+checkpointer wakes them when it reads the new setting, which a checkpoint under way puts off until its
+end (syncrep.c; met in CI, a create waiting past 10 s). Each is then reported done on the primary
+alone, what `wait_primary` promises and what the checkpointer would have done.
 """
 
 import argparse
@@ -51,7 +58,13 @@ NODES = (
 WAITING = (
     "SELECT coalesce(extract(epoch FROM max(clock_timestamp() - query_start))::float8, 0), pg_current_wal_lsn(),"
     " (SELECT flush_lsn::text FROM pg_stat_replication WHERE application_name = %s)"
-    " FROM pg_stat_activity WHERE wait_event = 'SyncRep'"
+    " FROM pg_stat_activity WHERE wait_event_type = 'IPC' AND wait_event = 'SyncRep'"
+)
+# The commits waiting for a standby the primary's settings no longer name (cancelling a commit's wait
+# reports it done, with a warning), and how many there were.
+RELEASE = (
+    "SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity WHERE wait_event_type = 'IPC'"
+    " AND wait_event = 'SyncRep' AND current_setting('synchronous_standby_names') = ''"
 )
 
 
@@ -84,6 +97,9 @@ class Guard:
 
     def check(self) -> None:
         nodes = self.monitor_call(NODES, self.formation, self.group)
+        for _, _, host, port, *states, _, _ in nodes:
+            if states == ["wait_primary", "wait_primary"]:
+                self.release_commits_left_waiting(host, port)
         if self.held is None:
             self.take_out_if_stalled(nodes)
         else:
@@ -101,6 +117,11 @@ class Guard:
             self.monitor_call("SELECT pgautofailover.start_maintenance(%s)", standby_id)
             self.held = (standby_id, name, lsn)
             log(f"a commit has waited {waited:.1f} s for {name}, whose keeper reports: {name} put in maintenance")
+
+    def release_commits_left_waiting(self, host: str, port: int) -> None:
+        (released,) = self.node(host, port, RELEASE)
+        if released:
+            log(f"{released} commits still waiting for a standby the primary no longer names: released")
 
     def release_once_caught_up(self, nodes: list[tuple]) -> None:
         standby_id, name, lsn = self.held
@@ -132,7 +153,7 @@ class Guard:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m deploy.standby_guard", description=__doc__.splitlines()[0])
     parser.add_argument("--monitor", required=True, help="the monitor's URI (pg_autoctl show uri --monitor)")
-    parser.add_argument("--user", default="postgres", help="a superuser or pg_monitor member of the data nodes")
+    parser.add_argument("--user", default="postgres", help="a superuser, or in pg_monitor and pg_signal_backend")
     parser.add_argument("--dbname", default="postgres")
     parser.add_argument("--formation", default="default")
     parser.add_argument("--after", type=float, default=AFTER_S, help="seconds a commit waits before the guard acts")

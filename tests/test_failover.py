@@ -592,6 +592,7 @@ def test_standby_lost_creates_go_on_on_the_primary_alone_and_the_primary_lost_to
     # is in the replication quorum and a candidate, and no standby is required to accept a write.
     assert formation_settings(healthy) == (0, {primary.name: (True, 50), standby.name: (True, 50)})
 
+    killed_at = time.monotonic()
     standby.kill()
     # The creates sent before the monitor puts the primary in wait_primary wait for the standby,
     # and are answered 200 once the primary stops waiting for it.
@@ -602,9 +603,12 @@ def test_standby_lost_creates_go_on_on_the_primary_alone_and_the_primary_lost_to
         "standby lost: the slowest create answered in %.1f s; the primary in %s, synchronous_standby_names %r",
         *(max(answer[4] for answer in standby_lost), states[primary.name], standby_names),
     )
-    assert {(status, seconds < BOUND_SECONDS) for _, status, _, _, seconds in standby_lost + single_copy} == {
-        (200, True)
-    }
+    slow_or_refused = [
+        (status, body, f"sent {sent - killed_at:+.1f} s", f"{seconds:.1f} s")
+        for _, status, body, sent, seconds in sorted(standby_lost + single_copy, key=lambda answer: answer[3])
+        if status != 200 or seconds >= BOUND_SECONDS
+    ]
+    assert not slow_or_refused, (slow_or_refused, healthy.guard.log_path.read_text().splitlines()[-5:])
     assert states[primary.name] == ("wait_primary", "wait_primary") and standby_names == ""
     assert len(single_copy) >= 20
     acknowledged = {answer[0] for answer in standby_lost + single_copy}
@@ -762,7 +766,7 @@ def replication_process(node: DataNode, kind: bytes) -> int:
     return pid
 
 
-@pytest.mark.parametrize("stalled", ["the standby's walreceiver", "the primary's walsender"])
+@pytest.mark.parametrize("stalled", ["the standby's walreceiver", "the primary's walsender, its checkpointer busy"])
 def test_replication_stalled_for_20_s_under_load_moves_the_primary_to_wait_primary_and_answers_every_create_within_10_s(
     healthy, cluster, stalled
 ):
@@ -774,25 +778,34 @@ def test_replication_stalled_for_20_s_under_load_moves_the_primary_to_wait_prima
     lost. Every create is answered within 10 s, a 200 or a 503 Error body (a retry of the same create,
     waiting on the first one's lock, is refused at lock_timeout); every 200 is on the primary; once the
     process resumes the standby catches up, the guard ends its maintenance, and the pair is a primary
-    and a synchronous standby again, holding every create."""
+    and a synchronous standby again, holding every create.
+
+    The waiting commits complete when the primary's checkpointer reads the setting that names no
+    standby; a checkpoint under way puts that off (met in CI: creates unanswered at 10 s). With the
+    walsender, the checkpointer is stopped too, as busy for the whole stall: the guard releases them."""
     token = issue_token(healthy, f"stalled-{stalled[4:11]}-client")
     primary, (standby,) = healthy.primary(), healthy.standbys()
     node, kind = (standby, b"walreceiver") if "standby" in stalled else (primary, b"walsender")
     assert healthy.guard.running(), healthy.guard.log_path.read_text()
-    stopped = replication_process(node, kind)
+    stopped = [replication_process(node, kind)]
+    if "checkpointer" in stalled:
+        stopped.append(replication_process(primary, b"checkpointer"))
+    guard_lines = len(healthy.guard.log_path.read_text().splitlines())
     url = f"{cluster.url}/plants"
     states: list[tuple[float, dict]] = []  # (seconds after the stall began, the monitor's states)
     first_id = 1_000_000 if "standby" in stalled else 1_100_000
     with TimedLoad(url, token, clients=4, retry=True, first_id=first_id, timeout=ANSWER_WITHIN_SECONDS) as load:
         load.wait_for(40)
-        os.kill(stopped, signal.SIGSTOP)
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
         stalled_at = time.monotonic()
         try:
             while (elapsed := time.monotonic() - stalled_at) < STALL_SECONDS:
                 states.append((elapsed, healthy.states()))
                 time.sleep(0.2)
         finally:
-            os.kill(stopped, signal.SIGCONT)
+            for pid in stopped:
+                os.kill(pid, signal.SIGCONT)
         resumed_at = time.monotonic()
         healthy.wait_until_healthy(timeout=60)
         converged_after = time.monotonic() - resumed_at
@@ -802,7 +815,7 @@ def test_replication_stalled_for_20_s_under_load_moves_the_primary_to_wait_prima
     # Every create answered after the stall began, those in flight then among them.
     during = [(status, took) for sent, took, status in load.took if sent + took > stalled_at]
     summary = (
-        f"{stalled} stalled: the primary in wait_primary {min(one_copy, default=-1):.1f} s after the stall began;"
+        f"stalled {stalled}: the primary in wait_primary {min(one_copy, default=-1):.1f} s after the stall began;"
         f" the slowest answer {max(took for _, took in during):.1f} s; {[status for status, _ in during].count(503)}"
         f" 503s of {len(during)} answers since; the pair synchronous again {converged_after:.1f} s after the process"
         " resumed"
@@ -810,8 +823,10 @@ def test_replication_stalled_for_20_s_under_load_moves_the_primary_to_wait_prima
     log.info(summary)
     # Failing, it says when the monitor moved a node and what the guard did.
     moves = [f"+{next(seen)[0]:.1f} s {nodes}" for nodes, seen in itertools.groupby(states, key=lambda state: state[1])]
-    guard = healthy.guard.log_path.read_text().splitlines()[-15:]
-    assert_only_created_or_unavailable(load, f"{summary}; the monitor: {moves}; the guard: {guard}")  # within 10 s
+    guard = healthy.guard.log_path.read_text().splitlines()[guard_lines:]
+    assert_only_created_or_unavailable(load, f"{summary}; the monitor: {moves}; the guard: {guard[-15:]}")  # 10 s
+    if "checkpointer" in stalled:
+        assert any(line.endswith("no longer names: released") for line in guard), guard
     assert one_copy and states[-1][1][standby.name] == ("maintenance", "maintenance")
     late = [status for _, status, _, _, sent in load.answers if stalled_at + one_copy[0] + 5 < sent < resumed_at]
     assert len(late) >= 20 and set(late) == {200}

@@ -3,7 +3,7 @@
 tests/test_failover.py stalls a standby's replication under load with the guard running beside the monitor.
 """
 
-from deploy.standby_guard import Guard
+from deploy.standby_guard import RELEASE, Guard
 
 PRIMARY = (1, "node1", "10.0.0.1", 5432, "primary", "primary", 0.3, True)
 
@@ -17,7 +17,7 @@ class Recorded(Guard):
 
     def __init__(self, nodes, answers):
         super().__init__("postgres://monitor", "postgres", "postgres")
-        self.nodes, self.answers, self.calls = nodes, list(answers), []
+        self.nodes, self.answers, self.calls, self.sent = nodes, list(answers), [], []
 
     def monitor_call(self, sql, *arguments):
         if sql.lstrip().startswith("SELECT nodeid"):
@@ -26,6 +26,7 @@ class Recorded(Guard):
         return [(True,)]
 
     def node(self, host, port, sql, *arguments):
+        self.sent.append((host, sql))
         return self.answers.pop(0)
 
 
@@ -84,11 +85,15 @@ def test_pair_not_settled_is_left_to_the_monitor():
         assert (guard.calls, guard.held) == ([], None)
 
 
+WAIT_PRIMARY = PRIMARY[:4] + ("wait_primary", "wait_primary") + PRIMARY[6:]
+
+
 def test_maintenance_ends_once_the_standby_has_confirmed_the_wal_written_before_it():
-    waiting = Recorded([PRIMARY[:5] + ("wait_primary",) + PRIMARY[6:], standby("maintenance", "maintenance")], [(0,)])
+    # The first answer of each: the commits released (none), the second: whether the standby confirmed.
+    waiting = Recorded([WAIT_PRIMARY, standby("maintenance", "maintenance")], [(0,), (0,)])
     waiting.held = (2, "node2", "0/3000060")
     waiting.check()
-    confirmed = Recorded([PRIMARY[:5] + ("wait_primary",) + PRIMARY[6:], standby("maintenance", "maintenance")], [(1,)])
+    confirmed = Recorded([WAIT_PRIMARY, standby("maintenance", "maintenance")], [(0,), (1,)])
     confirmed.held = (2, "node2", "0/3000060")
 
     confirmed.check()
@@ -104,3 +109,23 @@ def test_maintenance_ended_by_someone_else_is_no_longer_held():
     guard.check()
 
     assert (guard.calls, guard.held) == ([], None)
+
+
+def test_commits_left_waiting_once_the_primary_is_wait_primary_are_released_on_the_primary():
+    # The checkpointer, busy with a checkpoint, has not yet woken them: the guard cancels their wait.
+    for held in (None, (2, "node2", "0/3000060")):
+        guard = Recorded([WAIT_PRIMARY, standby("maintenance", "maintenance")], [(3,), (0,)])
+        guard.held = held
+
+        guard.check()
+
+        assert guard.sent[0] == ("10.0.0.1", RELEASE) and guard.calls == []
+
+
+def test_commits_are_never_released_while_the_primary_waits_for_a_secondary():
+    guard = Recorded([PRIMARY, standby()], [(2.4, "0/3000060", None), (2.4, "0/3000060", None)])
+
+    guard.check()
+    guard.check()
+
+    assert RELEASE not in [sql for _, sql in guard.sent]
