@@ -2,6 +2,7 @@
 
 from datetime import timedelta
 
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
@@ -69,6 +70,17 @@ def token_for(secret: str) -> ApiToken | None:
 TOKEN_SQL = "SELECT id, name, digest, expires_at, revoked_at, last_used_at FROM plants_apitoken WHERE digest = %s"
 
 
+def record_use(token: ApiToken, now) -> None:
+    """Write `now` as the token's last use, unless it is no longer stale or another request of the token
+    is writing it: that one's commit may wait (a slow synchronous standby), and a request never queues
+    behind another's bookkeeping until lock_timeout refuses it."""
+    stale = Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
+    with transaction.atomic():
+        if ApiToken.objects.select_for_update(skip_locked=True).filter(stale, pk=token.pk).exists():
+            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    token.last_used_at = now
+
+
 class BearerTokenAuthentication(BaseAuthentication):
     """Clients send an API token issued by `manage.py token issue`:
 
@@ -111,10 +123,7 @@ class BearerTokenAuthentication(BaseAuthentication):
             self.failed(request, status)
             raise InvalidToken(REFUSED_BECAUSE[status])
         if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
-            # Conditional, so that workers reading the same stale value write it once between them.
-            stale = Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
-            ApiToken.objects.filter(stale, pk=token.pk).update(last_used_at=now)
-            token.last_used_at = now
+            record_use(token, now)
         return token
 
     def failed(self, request, reason: str) -> None:

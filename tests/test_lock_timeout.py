@@ -13,7 +13,7 @@ from django.db import connection
 
 from deploy.processes import ROOT
 from plants import timeouts
-from plants.models import Plant
+from plants.models import ApiToken, Plant
 from plants.services import token_issue
 from tests.live import database_url, live_env, request
 from tests.test_timeouts import BOUND_S, DATABASE_DOWN, MARGIN_S, timed
@@ -99,3 +99,28 @@ def test_migrate_sets_the_database_s_lock_timeout_or_fails_in_one_line_naming_th
     assert unset == ("0",)
     assert (owners.returncode, owners.stderr) == (0, "")
     assert set_by_the_owner == ("4s",)
+
+
+@pytest.mark.postgres
+def test_a_request_whose_token_s_use_another_request_is_recording_goes_on_without_waiting_for_it(
+    transactional_db, api_client
+):
+    # Another request of the same token has written its last_used_at and waits for its commit (a slow
+    # synchronous standby): this one skips the bookkeeping rather than queue behind it until lock_timeout.
+    api_token, secret = token_issue(name="busy")
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+    create = lambda body: api_client.generic("POST", "/plants", body, content_type="application/json", **headers)  # noqa: E731
+    connection.close()  # the next session is a worker's: the database's lock_timeout, which migrate set
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW lock_timeout")
+        assert cursor.fetchone()[0] == f"{LOCK_TIMEOUT_S:.0f}s"
+    with direct_session() as holder:
+        holder.execute("SELECT FROM plants_apitoken WHERE id = %s FOR UPDATE", [api_token.pk])
+        busy = create('{"id": 1, "name": "Fern"}')
+        holder.rollback()
+    after = create('{"id": 2, "name": "Iris"}')
+
+    assert (busy.status_code, busy.json()) == (200, {"id": 1, "name": "Fern"})
+    assert (after.status_code, after.json()) == (200, {"id": 2, "name": "Iris"})
+    # The skipped use is recorded by the next request.
+    assert ApiToken.objects.get(pk=api_token.pk).last_used_at is not None
