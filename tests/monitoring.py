@@ -26,21 +26,35 @@ SHIPPED = ROOT / "deploy" / "prometheus"
 # A series a rule selects: a name with its matchers, or one of the service's alone
 # (plants_rate_limit_uncounted_total); a recorded series' name (job:…) is none.
 RULE_SELECTOR = re.compile(r"(?<![:\w])(?:([a-z_]\w*)\{([^}]*)\}|(plants_\w+)\b(?!\{))")
-EXACT_MATCHER = re.compile(r'(\w+)="([^"]*)"')
-JOB_ALTERNATIVES = re.compile(r'\bjob=~"([\w|-]+)"')
+# A matcher of one label's exact value: kind="unavailable" (not status=~"5..", not proxy!="metrics").
+EQUALITY = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
+# The jobs an expression names: job="plantstore", job=~"plantstore-edge|haproxy".
+JOB_MATCHER = re.compile(r'\bjob=~?"([^"]*)"')
+
+
+def jobs_named(expr: str) -> set[str]:
+    """The jobs an expression's job matchers name (each alternative of a regex's)."""
+    return {job for matcher in JOB_MATCHER.findall(expr) for job in matcher.split("|")}
+
+
+def rule_selectors() -> set[tuple[str, str]]:
+    """(series name, matchers) of each selector of the shipped rules."""
+    return {
+        (name or bare, matchers)
+        for rule in alert_rules()
+        for name, matchers, bare in RULE_SELECTOR.findall(rule["expr"])
+    }
 
 
 def series_the_rules_read() -> set[str]:
     """What each selector of the shipped rules needs to exist, as a selector: its name and its exact
     matchers, once for each job a `job=~"a|b"` names (`status=~"5.."`, `proxy!="metrics"` left out)."""
     found = set()
-    for rule in alert_rules():
-        for name, matchers, bare in RULE_SELECTOR.findall(rule["expr"]):
-            exact = EXACT_MATCHER.findall(matchers)
-            jobs = [job for alternatives in JOB_ALTERNATIVES.findall(matchers) for job in alternatives.split("|")]
-            for labels in [exact + [("job", job)] for job in jobs] or [exact]:
-                matched = ", ".join(f'{label}="{value}"' for label, value in labels)
-                found.add(f"{name or bare}{{{matched}}}" if matched else name or bare)
+    for name, matchers in rule_selectors():
+        exact = [(label, value) for label, value in EQUALITY.findall(matchers) if label != "job"]
+        for labels in [exact + [("job", job)] for job in jobs_named(matchers)] or [exact]:
+            matched = ", ".join(f'{label}="{value}"' for label, value in labels)
+            found.add(f"{name}{{{matched}}}" if matched else name)
     return found
 
 

@@ -13,6 +13,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.live import ALERT_RULES, ROOT, alert_rules
+from tests.monitoring import EQUALITY, jobs_named, rule_selectors
 from tests.test_docs import anchors
 
 UNIT_TESTS = ROOT / "tests" / "plantstore-alerts.test.yml"
@@ -20,14 +21,8 @@ SHIPPED = ROOT / "deploy" / "prometheus"
 PROMETHEUS_CONFIG = SHIPPED / "prometheus.yml"
 OPERATING = ROOT / "docs" / "operating.md"
 METRICS_TOKEN = "alerts-" + "m" * 40
-# A selector of one of the service's series, e.g. plants_database_errors_total{kind="unavailable"}, or
-# plants_rate_limit_uncounted_total alone (a recorded series' name, job:plants_…, is none).
-SELECTOR = re.compile(r"(?<![:\w])(plants_\w+)(?:\{([^}]*)\})?")
-# The jobs an expression names: job="plantstore", job=~"plantstore-edge|haproxy".
-JOB_MATCHER = re.compile(r'\bjob=~?"([^"]*)"')
 DURATION = re.compile(r"(\d+)(ms|s|m|h|d)")
 SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-EQUALITY = re.compile(r'(\w+)\s*=\s*"([^"]*)"')
 
 
 def promtool(*args: str) -> subprocess.CompletedProcess:
@@ -52,11 +47,6 @@ def scrape_intervals() -> dict[str, float]:
     config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
     default = config["global"].get("scrape_interval", "1m")
     return {job["job_name"]: seconds(job.get("scrape_interval", default)) for job in config["scrape_configs"]}
-
-
-def jobs_named(expr: str) -> set[str]:
-    """The jobs an expression's job matchers name (each alternative of a regex's)."""
-    return {job for matcher in JOB_MATCHER.findall(expr) for job in matcher.split("|")}
 
 
 def shipped_copy(folder: Path) -> Path:
@@ -129,7 +119,7 @@ def test_every_series_the_rules_select_is_one_the_service_exposes(api_client, se
         for family in text_string_to_metric_families(response.content.decode())
         for sample in family.samples
     ]
-    selectors = {(name, matchers) for rule in alert_rules() for name, matchers in SELECTOR.findall(rule["expr"])}
+    selectors = {(name, matchers) for name, matchers in rule_selectors() if name.startswith("plants_")}
 
     # Each selector's name, with the labels it matches exactly (a regex, status=~"5..", is left out).
     unmatched = [
