@@ -27,8 +27,9 @@ on the primary alone, while the monitor still counts the standby as a copy it ma
 
 Once the primary is in `wait_primary` (the guard's doing or the monitor's, for a standby lost) and its
 settings name no synchronous standby, the commits still waiting are cancelled: PostgreSQL's
-checkpointer wakes them when it reads the new setting, which a checkpoint under way puts off until its
-end (syncrep.c; met in CI, a create waiting past 10 s). Each is then reported done on the primary
+checkpointer wakes them when it reads the new setting, which a checkpoint can put off (an immediate
+one, one behind its schedule, its fsyncs on a slow disk: syncrep.c, checkpointer.c; met in CI, creates
+waiting past 10 s), and until then each new commit waits too. Each is reported done on the primary
 alone, what `wait_primary` promises and what the checkpointer would have done.
 """
 
@@ -60,11 +61,13 @@ WAITING = (
     " (SELECT flush_lsn::text FROM pg_stat_replication WHERE application_name = %s)"
     " FROM pg_stat_activity WHERE wait_event_type = 'IPC' AND wait_event = 'SyncRep'"
 )
-# The commits waiting for a standby the primary's settings no longer name (cancelling a commit's wait
-# reports it done, with a warning), and how many there were.
+# The commits waiting for a standby that the primary's settings files no longer name, read as the
+# statement runs (pg_auto_failover writes them, then reloads: a primary named a standby again is not
+# released), and how many there were. Cancelling a commit's wait reports it done, with a warning.
 RELEASE = (
-    "SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity WHERE wait_event_type = 'IPC'"
-    " AND wait_event = 'SyncRep' AND current_setting('synchronous_standby_names') = ''"
+    "SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+    " AND wait_event_type = 'IPC' AND wait_event = 'SyncRep' AND coalesce((SELECT setting FROM pg_file_settings"
+    " WHERE name = 'synchronous_standby_names' ORDER BY seqno DESC LIMIT 1), '') = ''"
 )
 
 
@@ -99,7 +102,10 @@ class Guard:
         nodes = self.monitor_call(NODES, self.formation, self.group)
         for _, _, host, port, *states, _, _ in nodes:
             if states == ["wait_primary", "wait_primary"]:
-                self.release_commits_left_waiting(host, port)
+                try:  # a primary out of reach, or a role that may not cancel, stops no other duty
+                    self.release_commits_left_waiting(host, port)
+                except psycopg.Error as error:
+                    log(f"releasing the commits left waiting: {type(error).__name__}: {str(error).strip()}")
         if self.held is None:
             self.take_out_if_stalled(nodes)
         else:

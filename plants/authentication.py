@@ -75,9 +75,9 @@ def record_use(token: ApiToken, now) -> None:
     is writing it: that one's commit may wait (a slow synchronous standby), and a request never queues
     behind another's bookkeeping until lock_timeout refuses it."""
     stale = Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
-    with transaction.atomic():
-        if ApiToken.objects.select_for_update(skip_locked=True).filter(stale, pk=token.pk).exists():
-            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    unlocked = ApiToken.objects.filter(pk=token.pk).select_for_update(skip_locked=True)
+    with transaction.atomic():  # one statement (SQLite's busy wait holds for it), FOR UPDATE's transaction
+        ApiToken.objects.filter(stale, pk__in=unlocked).update(last_used_at=now)
     token.last_used_at = now
 
 

@@ -3,6 +3,8 @@
 tests/test_failover.py stalls a standby's replication under load with the guard running beside the monitor.
 """
 
+import psycopg
+
 from deploy.standby_guard import RELEASE, Guard
 
 PRIMARY = (1, "node1", "10.0.0.1", 5432, "primary", "primary", 0.3, True)
@@ -129,3 +131,28 @@ def test_commits_are_never_released_while_the_primary_waits_for_a_secondary():
     guard.check()
 
     assert RELEASE not in [sql for _, sql in guard.sent]
+
+
+def test_commits_are_never_released_once_the_monitor_has_named_the_standby_again():
+    # The standby caught up: the monitor's goal for the primary is primary again, its keeper not yet there.
+    guard = Recorded([PRIMARY[:4] + ("wait_primary", "primary") + PRIMARY[6:], standby("secondary", "secondary")], [])
+
+    guard.check()
+
+    assert RELEASE not in [sql for _, sql in guard.sent]
+
+
+def test_a_release_that_fails_stops_no_other_duty():
+    class Refused(Recorded):
+        def node(self, host, port, sql, *arguments):
+            if sql == RELEASE:
+                self.sent.append((host, sql))
+                raise psycopg.errors.InsufficientPrivilege("permission denied to cancel query")
+            return super().node(host, port, sql, *arguments)
+
+    guard = Refused([WAIT_PRIMARY, standby("maintenance", "maintenance")], [(1,)])
+    guard.held = (2, "node2", "0/3000060")
+
+    guard.check()
+
+    assert guard.calls == [("SELECT pgautofailover.stop_maintenance(%s)", (2,))] and guard.held is None

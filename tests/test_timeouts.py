@@ -1,6 +1,7 @@
 """Bounded waits: with the database or Redis cut off (packets dropped), a request is answered 503 within
 the bound (PLANTS_DATABASE_TIMEOUT_S, 5 s), /livez stays 200, and the unit serves again after the heal."""
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -204,3 +205,29 @@ def test_sqlite_writer_holding_the_lock_answers_503_within_the_bound_never_500(t
     assert (status, headers["Content-Type"], text) == (503, "application/json", DATABASE_DOWN)
     assert BOUND_S - 0.5 < elapsed < BOUND_S + MARGIN_S  # it waited for the lock, and no longer
     assert after[0] == 200
+
+
+@pytest.mark.live
+@pytest.mark.own_database
+def test_sqlite_writer_holding_the_lock_a_moment_delays_a_token_s_first_use_and_refuses_nothing(tmp_path):
+    # The first use of a token writes its last_used_at: that write waits for SQLite's lock as any does
+    # (a read then a write in one transaction would be refused at once, "database is locked").
+    path = tmp_path / "db.sqlite3"
+    database = f"sqlite:///{path}"
+    manage(database, "migrate", "--no-input")
+    secret = manage(database, "token", "issue", "first-use").strip()
+    server = live_unit(tmp_path, DATABASE_URL=database).start()
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        writer.execute("BEGIN IMMEDIATE")  # another worker's write, committed a moment later
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pool.submit(lambda: (time.sleep(1), writer.execute("COMMIT")))
+            status, _, text = request(f"{server.url}/plants", {"id": 1, "name": "Fern"}, secret)
+    finally:
+        writer.close()
+        server.stop()
+
+    assert (status, json.loads(text)) == (200, {"id": 1, "name": "Fern"})
+    stored = sqlite3.connect(path)
+    assert stored.execute("SELECT count(*) FROM plants_apitoken WHERE last_used_at IS NOT NULL").fetchone() == (1,)
+    stored.close()
