@@ -595,7 +595,8 @@ def test_standby_lost_creates_go_on_on_the_primary_alone_and_the_primary_lost_to
     killed_at = time.monotonic()
     standby.kill()
     # The creates sent before the monitor puts the primary in wait_primary wait for the standby,
-    # and are answered 200 once the primary stops waiting for it.
+    # and are answered 200 once the primary stops waiting for it: a wait the monitor's timers bound,
+    # not the database bound (measured 1.4-4.6 s), within the client's 10 s as in a stalled standby.
     standby_lost = timed_creates(url, token, plant_ids, seconds=8)
     single_copy = timed_creates(url, token, plant_ids, seconds=2)
     states, (standby_names,) = healthy.states(), FailoverDatabase.execute(primary, "SHOW synchronous_standby_names")[0]
@@ -606,7 +607,7 @@ def test_standby_lost_creates_go_on_on_the_primary_alone_and_the_primary_lost_to
     slow_or_refused = [
         (status, body, f"sent {sent - killed_at:+.1f} s", f"{seconds:.1f} s")
         for _, status, body, sent, seconds in sorted(standby_lost + single_copy, key=lambda answer: answer[3])
-        if status != 200 or seconds >= BOUND_SECONDS
+        if status != 200 or seconds >= ANSWER_WITHIN_SECONDS
     ]
     assert not slow_or_refused, (slow_or_refused, healthy.guard.log_path.read_text().splitlines()[-5:])
     assert states[primary.name] == ("wait_primary", "wait_primary") and standby_names == ""
