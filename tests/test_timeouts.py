@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -182,25 +184,33 @@ def manage(database: str, *args: str) -> str:
     return subprocess.run(command, cwd=ROOT, env=env, check=True, capture_output=True, text=True).stdout
 
 
-@pytest.mark.live
-@pytest.mark.own_database
-def test_sqlite_writer_holding_the_lock_answers_503_within_the_bound_never_500(tmp_path):
+@contextmanager
+def sqlite_unit_beside_a_writer(tmp_path: Path):
+    """A unit on a SQLite file of its own, a token issued there and not yet used, and a connection of
+    another worker's to the file: (the unit, the token, that connection)."""
     path = tmp_path / "db.sqlite3"
     database = f"sqlite:///{path}"
     manage(database, "migrate", "--no-input")
     secret = manage(database, "token", "issue", "timeouts").strip()
     server = live_unit(tmp_path, DATABASE_URL=database).start()
-    writer = sqlite3.connect(path, isolation_level=None)
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     try:
+        yield server, secret, writer
+    finally:
+        writer.close()
+        server.stop()
+
+
+@pytest.mark.live
+@pytest.mark.own_database
+def test_sqlite_writer_holding_the_lock_answers_503_within_the_bound_never_500(tmp_path):
+    with sqlite_unit_beside_a_writer(tmp_path) as (server, secret, writer):
         writer.execute("BEGIN EXCLUSIVE")
         try:
             elapsed, (status, headers, text) = timed(request, f"{server.url}/plants", {"id": 1, "name": "Fern"}, secret)
         finally:
             writer.execute("ROLLBACK")
         after = request(f"{server.url}/plants", {"id": 2, "name": "Fern"}, secret)
-    finally:
-        writer.close()
-        server.stop()
 
     assert (status, headers["Content-Type"], text) == (503, "application/json", DATABASE_DOWN)
     assert BOUND_S - 0.5 < elapsed < BOUND_S + MARGIN_S  # it waited for the lock, and no longer
@@ -212,22 +222,12 @@ def test_sqlite_writer_holding_the_lock_answers_503_within_the_bound_never_500(t
 def test_sqlite_writer_holding_the_lock_a_moment_delays_a_token_s_first_use_and_refuses_nothing(tmp_path):
     # The first use of a token writes its last_used_at: that write waits for SQLite's lock as any does
     # (a read then a write in one transaction would be refused at once, "database is locked").
-    path = tmp_path / "db.sqlite3"
-    database = f"sqlite:///{path}"
-    manage(database, "migrate", "--no-input")
-    secret = manage(database, "token", "issue", "first-use").strip()
-    server = live_unit(tmp_path, DATABASE_URL=database).start()
-    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    try:
+    with sqlite_unit_beside_a_writer(tmp_path) as (server, secret, writer):
         writer.execute("BEGIN IMMEDIATE")  # another worker's write, committed a moment later
         with ThreadPoolExecutor(max_workers=1) as pool:
             pool.submit(lambda: (time.sleep(1), writer.execute("COMMIT")))
             status, _, text = request(f"{server.url}/plants", {"id": 1, "name": "Fern"}, secret)
-    finally:
-        writer.close()
-        server.stop()
+        used = writer.execute("SELECT count(*) FROM plants_apitoken WHERE last_used_at IS NOT NULL").fetchone()
 
     assert (status, json.loads(text)) == (200, {"id": 1, "name": "Fern"})
-    stored = sqlite3.connect(path)
-    assert stored.execute("SELECT count(*) FROM plants_apitoken WHERE last_used_at IS NOT NULL").fetchone() == (1,)
-    stored.close()
+    assert used == (1,)
