@@ -1,6 +1,6 @@
 """Bearer token authentication for the API (RFC 6750)."""
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import Q
@@ -70,7 +70,7 @@ def token_for(secret: str) -> ApiToken | None:
 TOKEN_SQL = "SELECT id, name, digest, expires_at, revoked_at, last_used_at FROM plants_apitoken WHERE digest = %s"
 
 
-def record_use(token: ApiToken, now) -> None:
+def record_use(token: ApiToken, now: datetime) -> None:
     """Write `now` as the token's last use, unless it is no longer stale or another request of the token
     is writing it: that one's commit may wait (a slow synchronous standby), and a request never queues
     behind another's bookkeeping until lock_timeout refuses it."""
