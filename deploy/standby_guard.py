@@ -26,11 +26,12 @@ alone. Cancelling the commits' wait instead would be wrong: PostgreSQL then repo
 on the primary alone, while the monitor still counts the standby as a copy it may promote.
 
 Once the primary is in `wait_primary` (the guard's doing or the monitor's, for a standby lost) and its
-settings name no synchronous standby, the commits still waiting are cancelled: PostgreSQL's
-checkpointer wakes them when it reads the new setting, which a checkpoint can put off (an immediate
-one, one behind its schedule, its fsyncs on a slow disk: syncrep.c, checkpointer.c; met in CI, creates
-waiting past 10 s), and until then each new commit waits too. Each is reported done on the primary
-alone, what `wait_primary` promises and what the checkpointer would have done.
+settings name no synchronous standby, the commits still waiting after `--after` seconds are
+cancelled: PostgreSQL's checkpointer wakes them when it reads the new setting, which a checkpoint can
+put off (an immediate one, one behind its schedule, its fsyncs on a slow disk: syncrep.c,
+checkpointer.c; met in CI, creates waiting past 10 s), and until then each new commit waits too. Each
+is reported done on the primary alone, what `wait_primary` promises and what the checkpointer would
+have done.
 """
 
 import argparse
@@ -61,13 +62,16 @@ WAITING = (
     " (SELECT flush_lsn::text FROM pg_stat_replication WHERE application_name = %s)"
     " FROM pg_stat_activity WHERE wait_event_type = 'IPC' AND wait_event = 'SyncRep'"
 )
-# The commits waiting for a standby that the primary's settings files no longer name, read as the
-# statement runs (pg_auto_failover writes them, then reloads: a primary named a standby again is not
-# released), and how many there were. Cancelling a commit's wait reports it done, with a warning.
+# The commits that have waited `--after` seconds for a standby that the primary's settings files no
+# longer name, read as the statement runs (pg_auto_failover writes them, then reloads: a primary named a
+# standby again is not released), and how many there were. Cancelling a commit's wait reports it done,
+# with a warning; only those the checkpointer has left waiting that long are, so that a transition it
+# completes in time is never raced.
 RELEASE = (
     "SELECT count(pg_cancel_backend(pid)) FROM pg_stat_activity WHERE backend_type = 'client backend'"
-    " AND wait_event_type = 'IPC' AND wait_event = 'SyncRep' AND coalesce((SELECT setting FROM pg_file_settings"
-    " WHERE name = 'synchronous_standby_names' ORDER BY seqno DESC LIMIT 1), '') = ''"
+    " AND wait_event_type = 'IPC' AND wait_event = 'SyncRep' AND clock_timestamp() - query_start >= %s * interval '1 s'"
+    " AND coalesce((SELECT setting FROM pg_file_settings WHERE name = 'synchronous_standby_names'"
+    " ORDER BY seqno DESC LIMIT 1), '') = ''"
 )
 
 
@@ -125,7 +129,7 @@ class Guard:
             log(f"a commit has waited {waited:.1f} s for {name}, whose keeper reports: {name} put in maintenance")
 
     def release_commits_left_waiting(self, host: str, port: int) -> None:
-        (released,) = self.node(host, port, RELEASE)
+        (released,) = self.node(host, port, RELEASE, self.after)
         if released:
             log(f"{released} commits still waiting for a standby the primary no longer names: released")
 
