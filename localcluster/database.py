@@ -24,9 +24,9 @@ from pathlib import Path
 
 import psycopg
 
-from deploy.processes import ROOT, ServerProcess, render, stop_process, wait_until
+from deploy.processes import ROOT, render, stop_process, wait_until
 from localcluster.cluster import CONFIG, as_unprivileged_user
-from localcluster.processes import descendants, free_port
+from localcluster.processes import ServerProcess, descendants, free_port
 
 PRIMARY_STATES = {"single", "wait_primary", "primary"}
 # Every data node answers on both: the app servers may each reach the database by an address of their

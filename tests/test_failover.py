@@ -219,8 +219,9 @@ def test_switchover_under_load_loses_no_acknowledged_create_and_fails_few_reques
         for _, status, _, text, sent in load.answers
         if status != 200 and sent - started >= switched_after
     ]
-    guard = healthy.guard.log_path.read_text().splitlines()[-10:]
-    assert not after_return, f"{timeline()}\nfailed after the return: {after_return}\nthe guard: {guard}"
+    assert not after_return, (
+        f"{timeline()}\nfailed after the return: {after_return}\nthe guard: {healthy.guard.log().splitlines()[-10:]}"
+    )
     late = [status for _, status, _, _, sent in load.answers if sent > started + switched_after]
     assert len(late) >= 20 and set(late) == {200}
     new_primary = healthy.primary()
@@ -615,7 +616,7 @@ def test_standby_lost_creates_go_on_on_the_primary_alone_and_the_primary_lost_to
         for _, status, body, sent, seconds in sorted(standby_lost + single_copy, key=lambda answer: answer[3])
         if status != 200 or seconds >= ANSWER_WITHIN_SECONDS
     ]
-    assert not slow_or_refused, (slow_or_refused, healthy.guard.log_path.read_text().splitlines()[-5:])
+    assert not slow_or_refused, (slow_or_refused, healthy.guard.log().splitlines()[-5:])
     assert states[primary.name] == ("wait_primary", "wait_primary") and standby_names == ""
     assert len(single_copy) >= 20
     acknowledged = {answer[0] for answer in standby_lost + single_copy}
@@ -793,11 +794,11 @@ def test_replication_stalled_for_20_s_under_load_moves_the_primary_to_wait_prima
     token = issue_token(healthy, f"stalled-{stalled[4:11]}-client")
     primary, (standby,) = healthy.primary(), healthy.standbys()
     node, kind = (standby, b"walreceiver") if "standby" in stalled else (primary, b"walsender")
-    assert healthy.guard.running(), healthy.guard.log_path.read_text()
+    assert healthy.guard.running(), healthy.guard.log()
     stopped = [replication_process(node, kind)]
     if "checkpointer" in stalled:
         stopped.append(replication_process(primary, b"checkpointer"))
-    guard_lines = len(healthy.guard.log_path.read_text().splitlines())
+    guard_lines = len(healthy.guard.log().splitlines())
     url = f"{cluster.url}/plants"
     states: list[tuple[float, dict]] = []  # (seconds after the stall began, the monitor's states)
     first_id = 1_000_000 if "standby" in stalled else 1_100_000
@@ -830,7 +831,7 @@ def test_replication_stalled_for_20_s_under_load_moves_the_primary_to_wait_prima
     log.info(summary)
     # Failing, it says when the monitor moved a node and what the guard did.
     moves = [f"+{next(seen)[0]:.1f} s {nodes}" for nodes, seen in itertools.groupby(states, key=lambda state: state[1])]
-    guard = healthy.guard.log_path.read_text().splitlines()[guard_lines:]
+    guard = healthy.guard.log().splitlines()[guard_lines:]
     assert_only_created_or_unavailable(load, f"{summary}; the monitor: {moves}; the guard: {guard[-15:]}")  # 10 s
     if "checkpointer" in stalled:
         assert any(line.endswith("no longer names: released") for line in guard), guard
