@@ -11,7 +11,7 @@ import time
 import pytest
 
 from deploy.processes import wait_until
-from tests.installed_unit import REFUSED_KEY, RELEASE, Deployed
+from tests.installed_unit import ENV_FILE, REFUSED_KEY, RELEASE, Deployed
 from tests.live import PUBLIC_HOST, request
 
 # One host per module, as tests/test_systemd_host.py's, beside which it runs (another process).
@@ -319,6 +319,55 @@ def test_a_release_stopped_at_each_of_its_steps_leaves_one_release_serving_and_t
             continue
         outcome = [status, [line.partition(" /opt")[0] for line in last], left]
         assert outcome in stopped_outcomes(step, signal, before), (step, outcomes[step])
+
+
+# deploy/plantstore-release killed (its process group, SIGKILL) at one exact step: as it asks systemd
+# for nginx's reload, before systemd has the job. The `systemctl` its PATH finds first.
+KILLED_AT_NGINX_RELOAD = """#!/bin/sh
+[ "$1 $2" = "reload plantstore-nginx" ] && kill -KILL 0
+exec /usr/bin/systemctl "$@"
+"""
+
+
+def test_a_release_killed_before_nginx_takes_its_new_host_name_leaves_the_next_one_to_find_the_serving_slot(deployed):
+    """The operator puts a new public name first among the allowed hosts, and the release is killed as
+    it asks for nginx's reload: the edge file names the new slot and the new name, while nginx sends to
+    the old slot, which refuses that name. The next release still finds the slot nginx sends to (asked
+    as that slot's settings say), switches to the other, and no request is refused throughout."""
+    hosts = deployed.host.run(f"sed -n 's/^DJANGO_ALLOWED_HOSTS=//p' {ENV_FILE}").stdout.strip()
+    before = deployed.state()["nginx"]
+    new = "b" if before == "a" else "a"
+    nginx_sends_to = (
+        f"curl -s -D - -o /dev/null -H 'Host: {PUBLIC_HOST}' http://127.0.0.1:8000/_edge/upstream"
+        " | tr -d '\\r' | sed -n 's#^X-Upstream: unix:/run/plantstore/\\([ab]\\)/app.sock$#\\1#Ip'"
+    )
+    shim = "/run/killed-at-nginx-reload"
+    deployed.host.run(
+        f"install -d {shim} && cat >{shim}/systemctl && chmod 755 {shim}/systemctl", input=KILLED_AT_NGINX_RELOAD
+    )
+    deployed.configure(DJANGO_ALLOWED_HOSTS=f"www.{PUBLIC_HOST},{hosts}")
+    try:
+        with deployed.load(deployed.token, first_id=950_000, clients=2, timeout=30) as load:
+            load.wait_for(20)
+            killed = deployed.host.run(
+                f"setsid env PATH={shim}:$PATH {RELEASE} & release=$!; status=0; wait $release || status=$?; echo $status",
+                timeout=240,
+            ).stdout.split()[-1]
+            left = deployed.state(), deployed.host.run(nginx_sends_to).stdout.strip()
+            released = deployed.release(check=False)
+            answered = len(load.answers)
+            load.wait_for(answered + 20, timeout=60)
+        after = deployed.state()
+    finally:
+        deployed.host.run(f"rm -rf {shim}")
+        deployed.configure(DJANGO_ALLOWED_HOSTS=hosts)
+        deployed.release(check=False)
+
+    # Killed with the switch recorded and nginx not told: asked as the edge file says, nothing answers.
+    assert (killed, left) == ("137", ({"nginx": "", "file": new, "active": ["a", "b"], "enabled": ["a", "b"]}, before))
+    assert released.returncode == 0, released.stderr
+    assert [(status, text) for _, status, _, text, _ in load.answers if status != 200] == []
+    assert after == serving_alone(new)
 
 
 @pytest.mark.parametrize(("signal", "step"), [("INT", "after the new slot starts"), ("HUP", "after the switch")])
