@@ -23,6 +23,7 @@ from tests.live import (
     MakeServe,
     live_unit,
     request,
+    wait_for_app_workers,
     wait_for_exit,
 )
 
@@ -71,8 +72,9 @@ class LinkedReleases:
                 stderr=output,
                 start_new_session=True,
             )
-        if wait:
+        if wait:  # until every worker serves: one still loading the app misses a stop for 35 s
             wait_until(lambda: "serve: nginx on" in self.log.read_text(), self.serve, 60, "its ready line")
+            wait_for_app_workers(self.log.read_text, self.serve)
 
     def switch(self, folder: Path) -> None:
         (self.work_dir / "next").symlink_to(folder)
