@@ -532,8 +532,8 @@ def test_a_client_past_the_failure_limit_never_shuts_out_another_clients_new_tok
 
 
 def test_the_app_server_nginx_sends_to_is_named_to_this_host_alone(serve_topology):
-    """GET /_edge/upstream, deploy/plantstore-release's question: a client on this host gets the app's
-    /livez and the socket nginx sent it to; a client elsewhere (behind the trusted proxy) the 403 Error body."""
+    """GET /_edge/upstream, deploy/plantstore-release's question: a client on this host gets the socket
+    nginx sends to, from nginx itself; a client elsewhere (behind the trusted proxy) the 403 Error body."""
 
     def upstream_for(client: str) -> tuple:
         connection = serve_topology.connection(client)
@@ -546,6 +546,6 @@ def test_the_app_server_nginx_sends_to_is_named_to_this_host_alone(serve_topolog
 
     here, elsewhere = upstream_for("127.0.0.1"), upstream_for("203.0.113.7")
 
-    assert (here[0], here[2]) == (200, {"status": "ok"})
+    assert (here[0], here[2]) == (200, {"upstream": here[1]})
     assert re.fullmatch(r"unix:/\S+/app\.\d+\.sock", here[1]), here
     assert (elsewhere[0], elsewhere[1], elsewhere[2]["error"]) == (403, None, 40300)
