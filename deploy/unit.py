@@ -76,6 +76,17 @@ def host_addresses(name: str, host: str) -> list[str]:
     return sorted(str(ipaddress.ip_network(address)) for address in addresses)
 
 
+def listen_ip(listen: str) -> str | None:
+    """The address nginx listens on, when it is one address other than loopback (not every one, not a
+    host name): a client on this host reaching it there comes from that address."""
+    host = listen.rpartition(":")[0].strip("[]")
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    return None if address.is_unspecified or address.is_loopback else str(address)
+
+
 def client_rule(clients: list[str]) -> str:
     """nginx's rules for a location served only to `clients`; none when the list is empty (all)."""
     return "".join(f" allow {client};" for client in clients) + (" deny all;" if clients else "")
@@ -98,6 +109,7 @@ def render_nginx_conf(run_dir, upstream, listen, env, name="nginx.conf", read_ti
         WORKER_SHUTDOWN=f"{NGINX_SHUTDOWN_S}s",
         REAL_IP="".join(f" set_real_ip_from {proxy};" for proxy in proxies),
         TRUSTED_PROXIES="".join(f" {proxy} 1;" for proxy in proxies),
+        LISTEN_IP=f" {address} 1;" if (address := listen_ip(listen)) else "",
         ADMIN_CLIENTS=client_rule(networks(env, "PLANTS_ADMIN_CLIENTS")),
         METRICS_CLIENTS=client_rule(networks(env, "PLANTS_METRICS_CLIENTS")),
         ACCESS_LOG=env.get("PLANTS_ACCESS_LOG") or "/dev/stdout",

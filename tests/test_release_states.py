@@ -329,30 +329,40 @@ exec /usr/bin/systemctl "$@"
 """
 
 
-@pytest.mark.parametrize("listen", ["0.0.0.0:8000", "0.0.0.0:8001"])
+@pytest.mark.parametrize("listen", ["0.0.0.0:8000", "0.0.0.0:8001", "{address}:8000"])
 def test_a_release_killed_as_it_asks_for_nginx_s_reload_leaves_the_next_one_to_find_the_slot_nginx_sends_to(
     deployed, listen
 ):
     """A release killed as it asks for nginx's reload leaves the edge file naming the new slot while
     nginx sends to the old one; with another listen address, the edge file names that too, where nothing
-    listens yet. The next release still finds the slot nginx sends to (asked where the edge file says,
-    or else where that slot's settings say), switches to the other, and no request is refused: the
-    clients of the old address are answered until nginx leaves it."""
-    before = deployed.state()["nginx"]
-    new = "b" if before == "a" else "a"
-    nginx_sends_to = (
-        "curl -s -D - -o /dev/null http://127.0.0.1:8000/_edge/upstream"
-        " | tr -d '\\r' | sed -n 's#^X-Upstream: unix:/run/plantstore/\\([ab]\\)/app.sock$#\\1#Ip'"
-    )
+    listens yet; or nginx listens on the host's one address alone, whence the host's own requests come.
+    The next release still finds the slot nginx sends to (asked where the edge file says, or else where
+    that slot's settings say), switches to the other, and no request is refused: the clients of the old
+    address are answered until nginx leaves it."""
+    address = deployed.host.run("ip -4 -o addr show scope global").stdout.split()[3].partition("/")[0]
+    first_id = {"0.0.0.0:8000": 950_000, "0.0.0.0:8001": 970_000, "{address}:8000": 990_000}[listen]
+    listen, nginx_at = listen.format(address=address), "127.0.0.1:8000"
     shim = "/run/killed-at-nginx-reload"
     deployed.host.run(
         f"install -d {shim} && cat >{shim}/systemctl && chmod 755 {shim}/systemctl", input=KILLED_AT_NGINX_RELOAD
     )
     deployed.configure(PLANTS_LISTEN=listen)
+    one_address = listen.startswith(address)
+    overlapping = None
     try:
-        with deployed.load(
-            deployed.token, first_id={"0.0.0.0:8000": 950_000, "0.0.0.0:8001": 970_000}[listen], clients=2, timeout=30
-        ) as load:
+        if one_address:  # nginx and each slot's settings on that address, as deploying.md has it set up
+            # nginx cannot bind one address beside every address on a port: its reload refuses it
+            overlapping = deployed.state()["nginx"], deployed.release(check=False)
+            deployed.host.run("systemctl stop plantstore-nginx")
+            deployed.release()  # and starts nginx on it
+            nginx_at = listen
+        before = deployed.state()["nginx"]
+        new = "b" if before == "a" else "a"
+        nginx_sends_to = (
+            f"curl -s -D - -o /dev/null http://{nginx_at}/_edge/upstream"
+            " | tr -d '\\r' | sed -n 's#^X-Upstream: unix:/run/plantstore/\\([ab]\\)/app.sock$#\\1#Ip'"
+        )
+        with deployed.load(deployed.token, first_id=first_id, clients=2, timeout=30) as load:
             load.wait_for(20)
             killed = deployed.host.run(
                 f"setsid env PATH={shim}:$PATH {RELEASE} & release=$!; status=0; wait $release || status=$?; echo $status",
@@ -366,15 +376,23 @@ def test_a_release_killed_as_it_asks_for_nginx_s_reload_leaves_the_next_one_to_f
     finally:
         deployed.host.run(f"rm -rf {shim}")
         deployed.configure(PLANTS_LISTEN="0.0.0.0:8000")
+        if one_address:
+            deployed.host.run("systemctl stop plantstore-nginx")
         deployed.release(check=False)
 
+    if one_address:
+        serving, refused = overlapping
+        assert (refused.returncode, refused.stderr.splitlines()[-1]) == (
+            1,
+            f"plantstore-release: nginx did not switch: journalctl -u plantstore-nginx says why; plantstore-app@{serving} serves on",
+        )
     # Killed with the switch recorded and nginx not told; asked where the edge file says, nginx answers
     # on the address it has, and nothing on another.
-    asked_where_the_file_says = before if listen.endswith(":8000") else ""
+    asked_where_the_file_says = "" if listen == "0.0.0.0:8001" else before
     disagreeing = {"nginx": asked_where_the_file_says, "file": new, "active": ["a", "b"], "enabled": ["a", "b"]}
     assert (killed, left) == ("137", (disagreeing, before))
     assert released.returncode == 0, released.stderr
-    # None: no answer, once nginx has left the load's address (the new one, 8001, is not published).
+    # None: no answer, once nginx has left the load's address (8001 is not published).
     assert [(status, text) for _, status, _, text, _ in load.answers if status not in (200, None)] == []
     assert [status for _, status, *_ in load.answers].count(200) > 20
     assert after == serving_alone(new)
