@@ -6,6 +6,7 @@ release also applies a changed settings file (nginx's listener, Redis, the worke
 
 import json
 import secrets
+import threading
 import time
 
 import pytest
@@ -396,6 +397,42 @@ def test_a_release_killed_as_it_asks_for_nginx_s_reload_leaves_the_next_one_to_f
     assert [(status, text) for _, status, _, text, _ in load.answers if status not in (200, None)] == []
     assert [status for _, status, *_ in load.answers].count(200) > 20
     assert after == serving_alone(new)
+
+
+def test_a_release_run_again_while_nginx_reloads_for_a_killed_one_waits_for_the_reload_before_it_asks(deployed):
+    """A release killed once systemd has its reload of nginx, which stalls before nginx is signalled
+    (its command stopped 3 s), and the release run again at once, as an operator would. systemd
+    finishes the reload (nginx then sends to the killed release's slot); the release waits for that
+    before it asks nginx which slot serves, so it pins and switches to the other and stops the one
+    nginx sent to only after the switch: no request refused, one slot serving."""
+    before = deployed.state()["nginx"]
+    reloading = "pgrep -f 'deploy[.]edge reload'"  # [.]: not this command's own line
+    released = []
+    again = threading.Thread(target=lambda: released.append(deployed.release(check=False)))
+    try:
+        with deployed.load(deployed.token, first_id=1_000_000, clients=2, timeout=30) as load:
+            load.wait_for(20)
+            killed = deployed.host.run(
+                f"setsid {RELEASE} >/dev/null 2>&1 & release=$!"
+                f"; until {reloading} >/dev/null; do sleep 0.01; done; kill -STOP $({reloading})"
+                "; kill -KILL -- -$release; status=0; wait $release || status=$?; echo $status",
+                timeout=120,
+            ).stdout.split()[-1]
+            again.start()
+            time.sleep(3)
+            deployed.host.run(f"kill -CONT $({reloading})")
+            again.join(240)
+            answered = len(load.answers)
+            load.wait_for(answered + 20, timeout=60)
+    finally:
+        deployed.host.run(f"kill -CONT $({reloading}) 2>/dev/null || true")
+        if again.ident:
+            again.join(240)
+
+    assert killed == "137"
+    assert released[0].returncode == 0, released[0].stderr
+    assert [(status, text) for _, status, _, text, _ in load.answers if status != 200] == []
+    assert deployed.state() == serving_alone(before)
 
 
 @pytest.mark.parametrize(("signal", "step"), [("INT", "after the new slot starts"), ("HUP", "after the switch")])
