@@ -76,15 +76,18 @@ def host_addresses(name: str, host: str) -> list[str]:
     return sorted(str(ipaddress.ip_network(address)) for address in addresses)
 
 
-def listen_ip(listen: str) -> str | None:
-    """The address nginx listens on, when it is one address other than loopback (not every one, not a
-    host name): a client on this host reaching it there comes from that address."""
+def listen_addresses(listen: str) -> list[str]:
+    """The addresses nginx listens on other than loopback, when PLANTS_LISTEN names one address or a
+    host name (nginx listens on each address it resolves to), not every address: a client on this
+    host reaching nginx there comes from that address."""
     host = listen.rpartition(":")[0].strip("[]")
+    if host in ("", "*"):
+        return []
     try:
-        address = ipaddress.ip_address(host)
+        found = [ipaddress.ip_address(host)]
     except ValueError:
-        return None
-    return None if address.is_unspecified or address.is_loopback else str(address)
+        found = [ipaddress.ip_network(network).network_address for network in host_addresses("PLANTS_LISTEN", host)]
+    return [str(address) for address in found if not (address.is_unspecified or address.is_loopback)]
 
 
 def client_rule(clients: list[str]) -> str:
@@ -109,7 +112,7 @@ def render_nginx_conf(run_dir, upstream, listen, env, name="nginx.conf", read_ti
         WORKER_SHUTDOWN=f"{NGINX_SHUTDOWN_S}s",
         REAL_IP="".join(f" set_real_ip_from {proxy};" for proxy in proxies),
         TRUSTED_PROXIES="".join(f" {proxy} 1;" for proxy in proxies),
-        LISTEN_IP=f" {address} 1;" if (address := listen_ip(listen)) else "",
+        LISTEN_ADDRESSES="".join(f" {address} 1;" for address in listen_addresses(listen)),
         ADMIN_CLIENTS=client_rule(networks(env, "PLANTS_ADMIN_CLIENTS")),
         METRICS_CLIENTS=client_rule(networks(env, "PLANTS_METRICS_CLIENTS")),
         ACCESS_LOG=env.get("PLANTS_ACCESS_LOG") or "/dev/stdout",

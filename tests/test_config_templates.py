@@ -63,3 +63,13 @@ def test_a_trusted_proxy_that_is_no_address_and_does_not_resolve_stops_the_start
         match="PLANTS_TRUSTED_PROXIES: 'front.invalid' is not an address, a network or a host name that resolves",
     ):
         render_nginx_conf(tmp_path, "unix:/tmp/app.sock", "127.0.0.1:8000", env)
+
+
+@pytest.mark.parametrize(
+    ("listen", "told"), [("0.0.0.0:8000", []), ("127.0.0.1:8000", []), ("192.0.2.10:8000", ["192.0.2.10"])]
+)
+def test_nginx_tells_which_app_server_it_sends_to_loopback_and_the_one_address_it_listens_on(tmp_path, listen, told):
+    rendered = render_nginx_conf(tmp_path, "unix:/tmp/app.sock", listen, {}).read_text()
+
+    on_this_host = re.search(r"geo \$on_this_host \{([^}]*)\}", rendered)[1].split(";")
+    assert [entry.split()[0] for entry in on_this_host if entry.strip()][1:] == ["127.0.0.0/8", "::1", *told]

@@ -330,25 +330,25 @@ exec /usr/bin/systemctl "$@"
 """
 
 
-@pytest.mark.parametrize("listen", ["0.0.0.0:8000", "0.0.0.0:8001", "{address}:8000"])
+@pytest.mark.parametrize("listen", ["0.0.0.0:8000", "0.0.0.0:8001", "{name}:8000"])
 def test_a_release_killed_as_it_asks_for_nginx_s_reload_leaves_the_next_one_to_find_the_slot_nginx_sends_to(
     deployed, listen
 ):
     """A release killed as it asks for nginx's reload leaves the edge file naming the new slot while
     nginx sends to the old one; with another listen address, the edge file names that too, where nothing
-    listens yet; or nginx listens on the host's one address alone, whence the host's own requests come.
-    The next release still finds the slot nginx sends to (asked where the edge file says, or else where
-    that slot's settings say), switches to the other, and no request is refused: the clients of the old
-    address are answered until nginx leaves it."""
-    address = deployed.host.run("ip -4 -o addr show scope global").stdout.split()[3].partition("/")[0]
-    first_id = {"0.0.0.0:8000": 950_000, "0.0.0.0:8001": 970_000, "{address}:8000": 990_000}[listen]
-    listen, nginx_at = listen.format(address=address), "127.0.0.1:8000"
+    listens yet; or nginx listens on the host's name (its one address) alone, whence the host's own
+    requests come. The next release still finds the slot nginx sends to (asked where the edge file
+    says, or else where that slot's settings say), switches to the other, and no request is refused:
+    the clients of the old address are answered until nginx leaves it."""
+    name = deployed.host.run("hostname").stdout.strip()  # its address in the host's /etc/hosts, as podman writes it
+    first_id = {"0.0.0.0:8000": 950_000, "0.0.0.0:8001": 970_000, "{name}:8000": 990_000}[listen]
+    listen, nginx_at = listen.format(name=name), "127.0.0.1:8000"
     shim = "/run/killed-at-nginx-reload"
     deployed.host.run(
         f"install -d {shim} && cat >{shim}/systemctl && chmod 755 {shim}/systemctl", input=KILLED_AT_NGINX_RELOAD
     )
     deployed.configure(PLANTS_LISTEN=listen)
-    one_address = listen.startswith(address)
+    one_address = listen.startswith(name)
     overlapping = None
     try:
         if one_address:  # nginx and each slot's settings on that address, as deploying.md has it set up
