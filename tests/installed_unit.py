@@ -104,11 +104,11 @@ class Deployed:
         """deploy/plantstore-release, as root: the finished process (its exit status, its lines)."""
         return self.host.run(RELEASE, check=check, timeout=240)
 
-    def state(self) -> dict:
-        """What the host says serves: the slot nginx sends to (asked through it, as deploy/plantstore-release
-        asks), the slot nginx's file names, and the slots active and enabled."""
+    def state(self, asked_as: str = EDGE_FILE) -> dict:
+        """What the host says serves: the slot nginx sends to (asked of it where the settings file `asked_as`
+        says, as deploy/plantstore-release asks), the slot nginx's file names, and the slots active and enabled."""
         lines = self.host.run(
-            f"cd /opt/plantstore && DJANGO_ENV_FILE={EDGE_FILE} .venv/bin/python -m deploy.probe --header X-Upstream"
+            f"cd /opt/plantstore && DJANGO_ENV_FILE={asked_as} .venv/bin/python -m deploy.probe --header X-Upstream"
             f" /_edge/upstream || echo; sed -n 's/^PLANTS_APP_SLOT=//p' {EDGE_FILE}"
             " && for slot in a b; do echo $slot $(systemctl is-active plantstore-app@$slot)"
             " $(systemctl is-enabled plantstore-app@$slot); done"
