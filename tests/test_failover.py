@@ -599,7 +599,7 @@ def test_standby_lost_creates_go_on_on_the_primary_alone_and_the_primary_lost_to
     # is in the replication quorum and a candidate, and no standby is required to accept a write.
     assert formation_settings(healthy) == (0, {primary.name: (True, 50), standby.name: (True, 50)})
 
-    killed_at = time.monotonic()
+    since, killed_at = monitor_now(healthy), time.monotonic()
     standby.kill()
     # The creates sent before the monitor puts the primary in wait_primary wait for the standby,
     # and are answered 200 once the primary stops waiting for it: a wait the monitor's timers bound,
@@ -644,7 +644,13 @@ def test_standby_lost_creates_go_on_on_the_primary_alone_and_the_primary_lost_to
     healthy.wait_until_healthy(timeout=60)
     wait_until(lambda: request(url, {"id": next(plant_ids), "name": "Rose"}, token)[0] == 200, None, 15, "a create")
     refused = {answer[0] for answer in both_lost + standby_back}
-    assert healthy.primary() is primary and acknowledged <= stored_ids(primary)
+    # Failing, it says what the monitor did since the standby was lost, and the guard's last lines.
+    assert healthy.primary() is primary, (
+        healthy.states(),
+        monitor_events(healthy, since),
+        healthy.guard.log().splitlines()[-10:],
+    )
+    assert acknowledged <= stored_ids(primary)
     assert not refused & stored_ids(primary)
     wait_until(lambda: acknowledged <= stored_ids(standby), None, 10, "the standby's copy")
 
