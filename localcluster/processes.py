@@ -1,6 +1,7 @@
 """What make cluster, the tests and the bench need beside deploy/'s production unit: free ports,
 process trees, servers' logs, and a unit they can observe and kill as a host dying would."""
 
+import os
 import random
 import shutil
 import socket
@@ -15,17 +16,34 @@ LOWEST_PORT = 10000
 _given_ports: set[int] = set()
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on, for a server about to start, chosen below the kernel's ephemeral
-    range: the kernel gives the source ports of outgoing connections from that range, and one given
-    between this choice and the server's bind makes the bind fail (seen when load tests ran beside
-    other servers' starts). Never the same port twice in one process."""
+def port_range() -> range:
+    """The ports this process may give: those below the kernel's ephemeral range, cut into one share
+    for each of pytest-xdist's workers (a worker's subprocesses inherit its share), so that two
+    workers never give the same port. Each probes a port free, and a server takes it later: a port
+    probed free by one worker while another's server was starting on it was taken twice (HAProxy:
+    "Address already in use" for a failover cluster's metrics port)."""
     try:
         highest = int(EPHEMERAL_PORTS.read_text().split()[0]) - 1
     except (OSError, ValueError, IndexError):
         highest = 32767
+    highest = max(highest, LOWEST_PORT + 1000)
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    shares = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    share = int(worker.removeprefix("gw")) if worker.startswith("gw") else 0
+    width = (highest + 1 - LOWEST_PORT) // shares
+    start = LOWEST_PORT + share * width
+    return range(start, start + width)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on, for a server about to start, chosen below the kernel's ephemeral
+    range: the kernel gives the source ports of outgoing connections from that range, and one given
+    between this choice and the server's bind makes the bind fail (seen when load tests ran beside
+    other servers' starts). Never the same port twice in one process, nor in two of pytest's
+    workers (`port_range`)."""
+    ports = port_range()
     for _ in range(200):
-        port = random.randint(LOWEST_PORT, max(highest, LOWEST_PORT + 1000))
+        port = random.choice(ports)
         if port in _given_ports:
             continue
         with socket.socket() as probe:
@@ -35,7 +53,7 @@ def free_port(host: str = "127.0.0.1") -> int:
                 continue
         _given_ports.add(port)
         return port
-    raise RuntimeError(f"no free port on {host} between {LOWEST_PORT} and {highest}")
+    raise RuntimeError(f"no free port on {host} in {ports}")
 
 
 def accepts_connections(port: int, host: str = "127.0.0.1") -> bool:
