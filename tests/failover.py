@@ -113,14 +113,18 @@ def wait_for_promotion(database: FailoverDatabase, lost: DataNode) -> DataNode:
 
 def assert_only_created_or_unavailable(load: Load, context: str = "") -> None:
     """Every answer came before the client's timeout, and is a 200 or a 503 Error body (`context`, what
-    the test saw meanwhile, in the failure's message)."""
-    refused = [(status, content_type, text) for _, status, content_type, text, _sent in load.answers if status != 200]
+    the test saw meanwhile, in the failure's message, and each refusal's time into the load)."""
+    refused = [
+        (status, content_type, text, f"sent {sent - load.started:.1f} s into the load")
+        for _, status, content_type, text, sent in load.answers
+        if status != 200
+    ]
     # A status of None: no answer (the client's timeout, or the connection closed or refused).
-    assert all((status, content_type) == (503, "application/json") for status, content_type, _ in refused), (
+    assert all((status, content_type) == (503, "application/json") for status, content_type, *_ in refused), (
         refused,
         context,
     )
-    assert all(json.loads(text) in UNAVAILABLE for *_, text in refused), (refused, context)
+    assert all(json.loads(text) in UNAVAILABLE for _, _, text, _ in refused), (refused, context)
 
 
 def restored_plant_ids(database: FailoverDatabase, target: str) -> set[int]:

@@ -241,6 +241,7 @@ class Load:
         return status
 
     def __enter__(self):
+        self.started = time.monotonic()
         for thread in self.threads:
             thread.start()
         return self

@@ -64,11 +64,13 @@ def test_primary_database_port_dropped_for_20_s_under_load_answers_only_200_or_5
     late = [status for _, status, _, _, sent in load.answers if sent > healed_at + HEALED_SECONDS]
     first_200 = min((sent - healed_at for _, status, _, _, sent in load.answers if status == 200 and sent > healed_at),
                     default=None)  # fmt: skip
-    log.info(
-        "partition: %d answers during it (%d of them 200); the first 200 sent %s s after the heal; the primary %s",
-        *(len(during), during.count(200), first_200 and round(first_200, 1), healthy.primary().name),
+    first_200 = first_200 and round(first_200, 1)
+    summary = (
+        f"partition: {len(during)} answers during it ({during.count(200)} of them 200); the first 200 sent "
+        f"{first_200} s after the heal; the primary {healthy.primary().name}"
     )
-    assert_only_created_or_unavailable(load)
+    log.info(summary)
+    assert_only_created_or_unavailable(load, f"{summary}; dropped {dropped_at - load.started:.1f} s into the load")
     assert len(during) >= PARTITION_SECONDS // answer_within and 503 in during
     assert len(late) >= 20 and set(late) == {200}
     healthy.wait_until_healthy(timeout=90)
@@ -104,12 +106,12 @@ def test_one_app_server_cut_off_from_the_database_for_20_s_leaves_rotation_withi
 
     while_out = [status for _, status, _, _, sent in load.answers if dropped_at + out_after < sent < healed_at]
     refused = [sent - dropped_at for _, status, _, _, sent in load.answers if status != 200]
-    log.info(
+    summary = (
         "cut off: out of rotation %.1f s after the drop, back %.1f s after the heal; %d answers while out, "
-        "%d answers not 200, sent %.1f s to %.1f s after the drop",
-        *(out_after, back_after, len(while_out), len(refused), min(refused, default=0), max(refused, default=0)),
-    )
-    assert_only_created_or_unavailable(load)
+        "%d answers not 200, sent %.1f s to %.1f s after the drop"
+    ) % (out_after, back_after, len(while_out), len(refused), min(refused, default=0), max(refused, default=0))
+    log.info(summary)
+    assert_only_created_or_unavailable(load, f"{summary}; dropped {dropped_at - load.started:.1f} s into the load")
     assert len(while_out) >= 20 and set(while_out) == {200}
     assert direct[0] == 200 and cut_off.app.process is app_server and app_server.poll() is None
     assert load.ids_with(200) | {799_999} <= stored_ids(healthy.primary())
@@ -144,19 +146,19 @@ def test_primary_host_cut_off_from_everyone_for_20_s_under_load_promotes_the_sta
 
     late = [status for _, status, _, _, sent in load.answers if sent > healed_at + HEALED_SECONDS]
     failed = [sent - cut_at for _, status, _, _, sent in load.answers if status != 200]
-    log.info(
+    summary = (
         "host cut off: standby promoted %.1f s after the cut, old primary a standby again %.1f s after the "
-        "heal (at %.1f s); %d answers not 200, sent %.1f s to %.1f s after the cut",
-        *(
-            promoted_after,
-            rejoined_after,
-            healed_at - cut_at,
-            len(failed),
-            min(failed, default=0),
-            max(failed, default=0),
-        ),
+        "heal (at %.1f s); %d answers not 200, sent %.1f s to %.1f s after the cut"
+    ) % (
+        promoted_after,
+        rejoined_after,
+        healed_at - cut_at,
+        len(failed),
+        min(failed, default=0),
+        max(failed, default=0),
     )
-    assert_only_created_or_unavailable(load)
+    log.info(summary)
+    assert_only_created_or_unavailable(load, f"{summary}; cut {cut_at - load.started:.1f} s into the load")
     assert new_primary is not old_primary and healthy.primary() is new_primary
     assert healthy.states()[old_primary.name] == ("secondary", "secondary")
     assert len(late) >= 20 and set(late) == {200}
