@@ -1,17 +1,19 @@
 """Readiness: whether the dependencies every API request needs (database, rate-limit store) answer."""
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import DatabaseError, connection
 
-from plants import rate_stores
+from plants import rate_stores, timeouts
 from plants.authentication_limit import failure_policy
 from plants.throttling import rate_policy
 
 
-def database_answers() -> bool:
+def select_1() -> bool:
     """One `SELECT 1` on this thread's connection (reused, as requests reuse it)."""
     try:
         with connection.cursor() as cursor:
@@ -19,6 +21,50 @@ def database_answers() -> bool:
     except DatabaseError:
         return False
     return True
+
+
+class OneAtATime:
+    """A check run by one thread at a time in this process: a thread asking while it runs takes its
+    answer, or "does not answer" once it has run `patience_s` without one.
+
+    A balancer checks each unit every second, and gives up on a check after a second (HAProxy's
+    `inter`), but the app's thread waits out the database bound (5 s) whatever the balancer does: a
+    database that stops answering would otherwise hold a thread for each check, five of a unit's eight
+    after five seconds, and the creates still sent to the unit until it is out of rotation wait for a
+    thread before they wait for the database, past the bound. So the database is asked by one check;
+    the others wait at most `patience_s` for its answer, and say 503 at once when it has waited that
+    long already (tests/test_timeouts.py holds creates to their bound beside a pile of checks)."""
+
+    def __init__(self, check, patience_s: float):
+        self.check, self.patience_s = check, patience_s
+        self.lock = threading.Lock()
+        self.running: Run | None = None
+
+    def __call__(self) -> bool:
+        with self.lock:
+            run, mine = self.running or Run(time.monotonic()), self.running is None
+            self.running = run
+        if not mine:
+            return run.done.wait(max(run.started + self.patience_s - time.monotonic(), 0)) and run.answer
+        try:
+            run.answer = self.check()
+        finally:  # raised: the threads waiting take "does not answer"
+            with self.lock:
+                self.running = None
+            run.done.set()
+        return run.answer
+
+
+@dataclass
+class Run:
+    """One run of a check: when it began, whether it is done, and its answer."""
+
+    started: float
+    done: threading.Event = field(default_factory=threading.Event)
+    answer: bool = False
+
+
+database_answers = OneAtATime(select_1, timeouts.READINESS_PATIENCE_S)
 
 
 def rate_limit_store_answers() -> bool:

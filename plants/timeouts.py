@@ -15,6 +15,10 @@ from django.core.exceptions import ImproperlyConfigured
 DEFAULT_DATABASE_TIMEOUT_S = 5
 # libpq's smallest connect_timeout: a smaller one is read as 2 s.
 SMALLEST_DATABASE_TIMEOUT_S = 2
+# A health check that has waited this long for the database is past any healthy pause (a `SELECT 1`
+# takes about a millisecond) and past a balancer's patience (HAProxy's check timeout is its `inter`,
+# 1 s): checks asked meanwhile answer 503 at once (plants/readiness.py: OneAtATime).
+READINESS_PATIENCE_S = 1
 # Redis answers in well under a millisecond: 2 s is past any healthy pause. A command waits at most
 # this for a new connection and at most this for its answer (redis-py's socket timeouts, which it
 # enforces itself, so they hold against a server that hangs as well as a network that drops), and

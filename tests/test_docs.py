@@ -26,7 +26,11 @@ PYTHON_READ = re.compile(
 SHELL_READ = re.compile(r"\$\{([A-Z][A-Z0-9_]+)(?::-|-|:=)")
 # The shell's, the system's and Django's own, which the code reads but nobody configures for this
 # service (wsgi.py names its settings module as Django's project template does).
-SYSTEM_VARIABLES = {"TERM", "TMPDIR", "PATH", "HOME", "DJANGO_SETTINGS_MODULE"}
+# Set by the system or a tool, not by an operator: pytest-xdist names each worker and their count.
+SYSTEM_VARIABLES = {"TERM", "TMPDIR", "PATH", "HOME", "DJANGO_SETTINGS_MODULE"} | {
+    "PYTEST_XDIST_WORKER",
+    "PYTEST_XDIST_WORKER_COUNT",
+}
 PROMQL_BLOCK = re.compile(r"^```promql\n(.*?)^```", re.MULTILINE | re.DOTALL)
 # What in a PromQL expression is not a metric name: comments, strings, label matchers, ranges, and
 # the label lists of by, without, on, ignoring and group_left/right. Of what is left, a name followed

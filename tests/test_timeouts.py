@@ -133,6 +133,39 @@ def test_database_packets_dropped_answers_503_within_the_bound_and_serves_again_
     assert not Plant.objects.filter(id__range=(11, 14)).exists()
 
 
+def test_health_checks_piling_up_on_a_silent_database_answer_503_within_a_second_and_leave_creates_their_bound(
+    production_unit, forwarded_database
+):
+    """A balancer checks /healthz each second and gives up on a check after one (HAProxy's `inter`);
+    with the database silent, checks sent meanwhile take the one check's wait, or its "does not
+    answer" within a second, instead of a worker thread each for the bound: creates still sent to
+    the unit are answered 503 within the bound, not after a wait for a thread first."""
+    url, port = forwarded_database
+    server = production_unit(DATABASE_URL=url)  # APP_PROCESSES=2, APP_THREADS=4: 8 threads
+    _, secret = token_issue(name="health-checks")
+    create = lambda plant_id: request(f"{server.url}/plants", {"id": plant_id, "name": "Fern"}, secret)  # noqa: E731
+    check = lambda: request(f"{server.url}/healthz", timeout=BOUND_S + MARGIN_S)  # noqa: E731
+    assert [create(plant_id)[0] for plant_id in range(1, 9)] == [200] * 8  # workers hold connections
+
+    with dropped_packets(port), ThreadPoolExecutor(max_workers=16) as clients:
+        first = clients.submit(timed, check)
+        time.sleep(1.2)
+        checks = [clients.submit(timed, check) for _ in range(12)]
+        time.sleep(0.2)
+        creates = [clients.submit(timed, create, plant_id) for plant_id in range(11, 14)]
+        answered = [future.result() for future in [first, *checks]]
+        created = [future.result() for future in creates]
+
+    for elapsed, (status, headers, text) in created:
+        assert (status, text, elapsed < BOUND_S + MARGIN_S) == (503, DATABASE_DOWN, True), elapsed
+        assert headers["Content-Type"] == "application/json"
+    not_answering = '{"error": 50300, "message": "The database does not answer."}'
+    assert [(status, text) for _, (status, _, text) in answered] == [(503, not_answering)] * 13
+    # The first check waits out the bound; in the other process, one check of the twelve does.
+    assert [elapsed < 1 + MARGIN_S for elapsed, _ in answered].count(False) <= 2
+    assert not Plant.objects.filter(id__range=(11, 14)).exists()
+
+
 def connect_error(url: str) -> Exception | None:
     """The error of a connection to `url` made with the service's libpq parameters; None if it connects."""
     try:
