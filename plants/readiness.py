@@ -2,6 +2,7 @@
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -35,15 +36,17 @@ class OneAtATime:
     the others wait at most `patience_s` for its answer, and say 503 at once when it has waited that
     long already (tests/test_timeouts.py holds creates to their bound beside a pile of checks)."""
 
-    def __init__(self, check, patience_s: float):
+    def __init__(self, check: Callable[[], bool], patience_s: float):
         self.check, self.patience_s = check, patience_s
         self.lock = threading.Lock()
         self.running: Run | None = None
 
     def __call__(self) -> bool:
         with self.lock:
-            run, mine = self.running or Run(time.monotonic()), self.running is None
-            self.running = run
+            run = self.running
+            mine = run is None
+            if mine:
+                run = self.running = Run(time.monotonic())
         if not mine:
             return run.done.wait(max(run.started + self.patience_s - time.monotonic(), 0)) and run.answer
         try:

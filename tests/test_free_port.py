@@ -27,3 +27,11 @@ def test_outside_xdist_every_port_below_the_ephemeral_range_may_be_given(monkeyp
     monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
     ephemeral = int(processes.EPHEMERAL_PORTS.read_text().split()[0])
     assert processes.port_range() == range(processes.LOWEST_PORT, ephemeral)
+
+
+def test_a_worker_started_in_place_of_a_crashed_one_gives_ports_below_the_ephemeral_range(monkeypatch):
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "3")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw7")  # the fifth worker started in place of another
+
+    ephemeral = int(processes.EPHEMERAL_PORTS.read_text().split()[0])
+    assert processes.LOWEST_PORT <= processes.free_port() < ephemeral

@@ -1,9 +1,14 @@
 """GET /healthz (readiness: the database and the rate-limit store answer) and GET /livez (liveness), unauthenticated."""
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from django.test import Client
 
 from localcluster.processes import free_port
+from plants.readiness import OneAtATime
 from tests.live import live_unit, request
 
 
@@ -95,3 +100,71 @@ def test_health_names_both_dependencies_when_neither_answers(tmp_path):
     assert health[0] == 503
     assert health[2] == '{"error": 50300, "message": "The database and the rate-limit store do not answer."}'
     assert (liveness[0], liveness[2]) == (200, '{"status": "ok"}')
+
+
+def blocked_check(answer: bool, release: threading.Event, started: threading.Event, runs: list):
+    """A check that says it began (and records its run in `runs`), then waits for `release` before it
+    answers `answer`."""
+
+    def check() -> bool:
+        runs.append(answer)
+        started.set()
+        release.wait(10)
+        return answer
+
+    return check
+
+
+@pytest.mark.parametrize("answer", [True, False])
+def test_a_check_asked_while_another_runs_takes_its_answer_without_running_itself(answer):
+    release, started, runs = threading.Event(), threading.Event(), []
+    check = OneAtATime(blocked_check(answer, release, started, runs), patience_s=5)
+    with ThreadPoolExecutor(max_workers=3) as threads:
+        first = threads.submit(check)
+        started.wait(5)
+        others = [threads.submit(check) for _ in range(2)]
+        time.sleep(0.1)
+        release.set()
+
+        assert [first.result(), *(other.result() for other in others)] == [answer] * 3
+    assert len(runs) == 1 and check.running is None
+
+
+def test_a_check_asked_while_another_has_run_past_the_patience_answers_false_at_once():
+    release, started = threading.Event(), threading.Event()
+    check = OneAtATime(blocked_check(True, release, started, []), patience_s=0.3)
+    with ThreadPoolExecutor(max_workers=1) as threads:
+        first = threads.submit(check)
+        started.wait(5)
+        time.sleep(0.4)
+        asked = time.monotonic()
+
+        assert check() is False
+        assert time.monotonic() - asked < 0.1
+        release.set()
+        assert first.result() is True
+
+
+def test_after_a_check_that_raised_its_waiters_answer_false_and_the_next_check_runs_anew():
+    release, started, calls = threading.Event(), threading.Event(), []
+
+    def failing() -> bool:
+        calls.append(1)
+        if len(calls) == 1:
+            started.set()
+            release.wait(10)
+            raise RuntimeError("the driver failed")
+        return True
+
+    check = OneAtATime(failing, patience_s=5)
+    with ThreadPoolExecutor(max_workers=2) as threads:
+        first = threads.submit(check)
+        started.wait(5)
+        waiter = threads.submit(check)
+        time.sleep(0.1)
+        release.set()
+
+        with pytest.raises(RuntimeError):
+            first.result()
+        assert waiter.result() is False
+    assert check() is True and len(calls) == 2

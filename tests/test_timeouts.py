@@ -151,7 +151,7 @@ def test_health_checks_piling_up_on_a_silent_database_answer_503_within_a_second
         first = clients.submit(timed, check)
         time.sleep(1.2)
         checks = [clients.submit(timed, check) for _ in range(12)]
-        time.sleep(0.2)
+        time.sleep(timeouts.READINESS_PATIENCE_S + 0.3)  # the checks asked meanwhile have answered
         creates = [clients.submit(timed, create, plant_id) for plant_id in range(11, 14)]
         answered = [future.result() for future in [first, *checks]]
         created = [future.result() for future in creates]
