@@ -84,19 +84,21 @@ def rate_limit_store_answers() -> bool:
     return True
 
 
+store_answers = OneAtATime(rate_limit_store_answers, timeouts.READINESS_PATIENCE_S)
 # Redis is asked from a thread of its own while the request's thread asks the database: with both
-# unreachable, the answer comes within the database's bound, not after both bounds one after the other.
-STORE_CHECKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="readiness")
+# unreachable, the answer comes within the database's bound, not after both bounds one after the
+# other. Two: one asks Redis, the other gives the checks asked meanwhile its answer (OneAtATime).
+STORE_CHECKER = ThreadPoolExecutor(max_workers=2, thread_name_prefix="readiness")
 
 
 def unready_dependencies() -> list[str]:
     """The names of the dependencies that do not answer, for the health check's message; [] when ready."""
     deadline = time.monotonic() + settings.PLANTS_DATABASE_TIMEOUT_S
-    store_check = STORE_CHECKER.submit(rate_limit_store_answers)
+    store_check = STORE_CHECKER.submit(store_answers)
     database = database_answers()
     try:
-        # Its own socket timeouts (2 s) end it first; this ends the wait for a check still queued
-        # behind another thread's, which then does not run.
+        # Its own socket timeouts (2 s), or its patience, end it first; this ends the wait for a
+        # check still queued behind others, which then does not run.
         store = store_check.result(timeout=max(deadline - time.monotonic(), 0))
     except TimeoutError:
         store_check.cancel()

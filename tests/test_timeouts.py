@@ -133,15 +133,26 @@ def test_database_packets_dropped_answers_503_within_the_bound_and_serves_again_
     assert not Plant.objects.filter(id__range=(11, 14)).exists()
 
 
-def test_health_checks_piling_up_on_a_silent_database_answer_503_within_a_second_and_leave_creates_their_bound(
-    production_unit, forwarded_database
+@pytest.mark.parametrize("silent", ["database", "rate-limit store"])
+def test_health_checks_piling_up_on_a_silent_dependency_answer_503_within_a_second_and_leave_creates_their_bound(
+    production_unit, forwarded_database, redis_server, silent
 ):
     """A balancer checks /healthz each second and gives up on a check after one (HAProxy's `inter`);
-    with the database silent, checks sent meanwhile take the one check's wait, or its "does not
-    answer" within a second, instead of a worker thread each for the bound: creates still sent to
-    the unit are answered 503 within the bound, not after a wait for a thread first."""
-    url, port = forwarded_database
-    server = production_unit(DATABASE_URL=url)  # APP_PROCESSES=2, APP_THREADS=4: 8 threads
+    with the database (or Redis, the limits failing closed) silent, checks sent meanwhile take the one
+    check's wait, or its "does not answer" within a second, instead of a worker thread each for the
+    bound: creates still sent to the unit are answered 503 within their bound, not after a wait for a
+    thread first."""
+    url, database_port = forwarded_database
+    server = production_unit(  # APP_PROCESSES=2, APP_THREADS=4: 8 threads
+        DATABASE_URL=url,
+        REDIS_URL=redis_server.url,
+        PLANTS_THROTTLE_RATE="600/minute",
+        PLANTS_RATE_LIMIT_FAILURE_MODE="closed",
+    )
+    port, bound_s, create_refused = {
+        "database": (database_port, BOUND_S, DATABASE_DOWN),
+        "rate-limit store": (redis_server.port, timeouts.REDIS_TIMEOUT_S, STORE_DOWN),
+    }[silent]
     _, secret = token_issue(name="health-checks")
     create = lambda plant_id: request(f"{server.url}/plants", {"id": plant_id, "name": "Fern"}, secret)  # noqa: E731
     check = lambda: request(f"{server.url}/healthz", timeout=BOUND_S + MARGIN_S)  # noqa: E731
@@ -157,11 +168,11 @@ def test_health_checks_piling_up_on_a_silent_database_answer_503_within_a_second
         created = [future.result() for future in creates]
 
     for elapsed, (status, headers, text) in created:
-        assert (status, text, elapsed < BOUND_S + MARGIN_S) == (503, DATABASE_DOWN, True), elapsed
+        assert (status, text, elapsed < bound_s + MARGIN_S) == (503, create_refused, True), elapsed
         assert headers["Content-Type"] == "application/json"
-    not_answering = '{"error": 50300, "message": "The database does not answer."}'
+    not_answering = json.dumps({"error": 50300, "message": f"The {silent} does not answer."})
     assert [(status, text) for _, (status, _, text) in answered] == [(503, not_answering)] * 13
-    # The first check waits out the bound; in the other process, one check of the twelve does.
+    # The first check waits out the bound; in the other process, one check of the twelve may.
     assert [elapsed < 1 + MARGIN_S for elapsed, _ in answered].count(False) <= 2
     assert not Plant.objects.filter(id__range=(11, 14)).exists()
 
