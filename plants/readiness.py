@@ -30,9 +30,9 @@ class OneAtATime:
 
     A balancer checks each unit every second, and gives up on a check after a second (HAProxy's
     `inter`), but the app's thread waits out the database bound (5 s) whatever the balancer does: a
-    database that stops answering would otherwise hold a thread for each check, five of a unit's eight
-    after five seconds, and the creates still sent to the unit until it is out of rotation wait for a
-    thread before they wait for the database, past the bound. So the database is asked by one check;
+    database (or Redis) that stops answering would otherwise hold a thread for each check, five of a
+    unit's eight after five seconds, and the creates still sent to the unit until it is out of
+    rotation wait for a thread before they wait for the database, past the bound. So one check asks;
     the others wait at most `patience_s` for its answer, and say 503 at once when it has waited that
     long already (tests/test_timeouts.py holds creates to their bound beside a pile of checks)."""
 
