@@ -111,11 +111,13 @@ def wait_for_promotion(database: FailoverDatabase, lost: DataNode) -> DataNode:
     return database.primary()
 
 
-def assert_only_created_or_unavailable(load: Load, context: str = "") -> None:
+def assert_only_created_or_unavailable(load: Load, context: str = "", fault_at: float | None = None) -> None:
     """Every answer came before the client's timeout, and is a 200 or a 503 Error body (`context`, what
-    the test saw meanwhile, in the failure's message, and each refusal's time into the load)."""
+    the test saw meanwhile, in the failure's message, and when each refusal was sent: from the fault's
+    start, `fault_at`, else into the load)."""
+    since, origin = (fault_at, "the fault's start") if fault_at is not None else (load.started, "the load's start")
     refused = [
-        (status, content_type, text, f"sent {sent - load.started:.1f} s into the load")
+        (status, content_type, text, f"sent {sent - since:+.1f} s from {origin}")
         for _, status, content_type, text, sent in load.answers
         if status != 200
     ]

@@ -64,13 +64,12 @@ def test_primary_database_port_dropped_for_20_s_under_load_answers_only_200_or_5
     late = [status for _, status, _, _, sent in load.answers if sent > healed_at + HEALED_SECONDS]
     first_200 = min((sent - healed_at for _, status, _, _, sent in load.answers if status == 200 and sent > healed_at),
                     default=None)  # fmt: skip
-    first_200 = first_200 and round(first_200, 1)
     summary = (
         f"partition: {len(during)} answers during it ({during.count(200)} of them 200); the first 200 sent "
-        f"{first_200} s after the heal; the primary {healthy.primary().name}"
+        f"{first_200 and round(first_200, 1)} s after the heal; the primary {healthy.primary().name}"
     )
     log.info(summary)
-    assert_only_created_or_unavailable(load, f"{summary}; dropped {dropped_at - load.started:.1f} s into the load")
+    assert_only_created_or_unavailable(load, summary, fault_at=dropped_at)
     assert len(during) >= PARTITION_SECONDS // answer_within and 503 in during
     assert len(late) >= 20 and set(late) == {200}
     healthy.wait_until_healthy(timeout=90)
@@ -111,7 +110,7 @@ def test_one_app_server_cut_off_from_the_database_for_20_s_leaves_rotation_withi
         "%d answers not 200, sent %.1f s to %.1f s after the drop"
     ) % (out_after, back_after, len(while_out), len(refused), min(refused, default=0), max(refused, default=0))
     log.info(summary)
-    assert_only_created_or_unavailable(load, f"{summary}; dropped {dropped_at - load.started:.1f} s into the load")
+    assert_only_created_or_unavailable(load, summary, fault_at=dropped_at)
     assert len(while_out) >= 20 and set(while_out) == {200}
     assert direct[0] == 200 and cut_off.app.process is app_server and app_server.poll() is None
     assert load.ids_with(200) | {799_999} <= stored_ids(healthy.primary())
@@ -158,7 +157,7 @@ def test_primary_host_cut_off_from_everyone_for_20_s_under_load_promotes_the_sta
         max(failed, default=0),
     )
     log.info(summary)
-    assert_only_created_or_unavailable(load, f"{summary}; cut {cut_at - load.started:.1f} s into the load")
+    assert_only_created_or_unavailable(load, summary, fault_at=cut_at)
     assert new_primary is not old_primary and healthy.primary() is new_primary
     assert healthy.states()[old_primary.name] == ("secondary", "secondary")
     assert len(late) >= 20 and set(late) == {200}
