@@ -19,7 +19,7 @@ KEEP_ALIVE_IDLE_S = 30
 # Connections a worker serves at once: well above the idle ones nginx keeps (nginx.conf: `keepalive`),
 # or a worker would stop taking nginx's new connections (tests/test_upstream_keepalive.py).
 BACKPRESSURE = 128
-# A stopped worker's time to finish its requests: above nginx's 30 s wait, under Unit.stop's 40 s.
+# A stopped worker's time to finish its requests: above nginx's 30 s wait, under systemd's TimeoutStopSec.
 WORKER_STOP_S = 35
 
 

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from deploy.app_server import APP_ENVIRONMENT, WORKER_STOP_S, granian_command
+from deploy.app_server import APP_ENVIRONMENT, granian_command
 from deploy.probe import probe_host
 from deploy.processes import (
     ROOT,
@@ -26,7 +26,6 @@ from deploy.processes import (
     children,
     http_status,
     render,
-    stop_all,
     wait_until,
 )
 
@@ -38,7 +37,11 @@ NGINX_WORKER_USER, NGINX_WORKER_GROUP = "nobody", "nogroup"
 UPSTREAM_IDLE_S = 4
 READ_TIMEOUT_S = 30  # nginx's wait for the app's answer, then its 503 (docs/operating.md, Running it)
 NGINX_SHUTDOWN_S = 35  # a stopping nginx worker's time to finish: above READ_TIMEOUT_S, under STOP_S
-STOP_S = 40  # Unit.stop's wait for nginx, then for every app server at once: 80 s, under systemd's 90
+STOP_S = 40  # Unit.stop's wait for nginx: with the app servers' below, under systemd's 90 s
+# An app server no request can reach any more (nginx, its only client, has stopped or moved on) has
+# this long to exit after SIGTERM, then its process group is killed: idle, Granian exits in well under
+# a second, but a worker still loading the app would keep it WORKER_STOP_S, its in-flight grace.
+IDLE_APP_STOP_S = 5
 # A reload's steps, each bounded: a new app server's socket accepts (its workers loaded the app), it
 # answers /livez, nginx accepts the config naming it (nginx -t), nginx's new workers have started.
 APP_START_S, APP_PROBE_S, NGINX_CHECK_S, NGINX_SWITCH_S = 60, 20, 15, 10
@@ -313,10 +316,9 @@ class Unit:
             return False
         workers = set(children(self.nginx.process.pid))
         done = [item for item in self.retiring if not item[2] & workers or time.monotonic() >= item[3]]
+        stop_idle([app for app, *_ in done])
         for item in done:
-            old_app, old_socket, *_ = item
-            old_app.stop(timeout=WORKER_STOP_S + 5)  # nothing sends it requests: it stops at once
-            old_socket.unlink(missing_ok=True)
+            item[1].unlink(missing_ok=True)
             self.retiring.remove(item)
         return bool(done)
 
@@ -324,11 +326,26 @@ class Unit:
         return bool(self.app and self.nginx and self.app.running() and self.nginx.running())
 
     def stop(self) -> None:
-        """Graceful: nginx finishes what it holds (SIGQUIT), then every app server its requests (SIGTERM),
-        all at once: within 2 × STOP_S."""
+        """Graceful: nginx finishes what it holds (SIGQUIT), its requests to the app servers included;
+        then the app servers, idle, stop: within STOP_S + IDLE_APP_STOP_S."""
         if self.nginx:
             self.nginx.stop(timeout=STOP_S, sig=signal.SIGQUIT)
-        stop_all([app for app, *_ in self.retiring] + ([self.app] if self.app else []), timeout=STOP_S)
+        stop_idle([app for app, *_ in self.retiring] + ([self.app] if self.app else []))
         self.retiring = []
         if self.run_dir:
             shutil.rmtree(self.run_dir, ignore_errors=True)
+
+
+def stop_idle(apps: list[ServerProcess]) -> None:
+    """Stop app servers that nginx no longer sends to, so that nothing is in flight: SIGTERM to all at
+    once; the process group of any still running after IDLE_APP_STOP_S is killed (a worker still
+    loading the app, which Granian would wait for WORKER_STOP_S)."""
+    running = [app for app in apps if app.running()]
+    for app in running:
+        app.process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + IDLE_APP_STOP_S
+    for app in running:
+        try:
+            app.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            app.kill()

@@ -428,8 +428,7 @@ def start_make(target: str, env: dict, log: Path, **popen) -> subprocess.Popen:
 
 def wait_for_app_workers(log: Callable[[], str], process: subprocess.Popen, timeout: float = 60) -> None:
     """Wait until Granian has logged every worker it spawned as started. /healthz answers as soon as
-    one worker serves; a worker still starting when Granian stops misses the stop and is killed only
-    after --workers-kill-timeout (35 s), which a test that stops soon after the start would wait out."""
+    one worker serves: a test that takes the app server's processes, or loads each worker, needs them all."""
     wait_until(
         lambda: (text := log()).count("Started worker-") >= text.count("Spawning worker-"),
         process,

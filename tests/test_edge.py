@@ -540,7 +540,8 @@ def test_the_app_server_nginx_sends_to_is_named_to_this_host_alone(serve_topolog
         try:
             connection.request("GET", "/_edge/upstream")
             response = connection.getresponse()
-            return response.status, response.getheader("X-Upstream"), json.loads(response.read())
+            answer = response.status, response.getheader("X-Upstream"), json.loads(response.read())
+            return *answer, response.getheader("X-Request-ID")
         finally:
             connection.close()
 
@@ -549,3 +550,5 @@ def test_the_app_server_nginx_sends_to_is_named_to_this_host_alone(serve_topolog
     assert (here[0], here[2]) == (200, {"upstream": here[1]})
     assert re.fullmatch(r"unix:/\S+/app\.\d+\.sock", here[1]), here
     assert (elsewhere[0], elsewhere[1], elsewhere[2]["error"]) == (403, None, 40300)
+    # Like every answer, each names its request id (nginx's own, as no X-Request-ID was sent).
+    assert [bool(re.fullmatch("[0-9a-f]{32}", answer[3] or "")) for answer in (here, elsewhere)] == [True, True]

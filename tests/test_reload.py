@@ -72,7 +72,7 @@ class LinkedReleases:
                 stderr=output,
                 start_new_session=True,
             )
-        if wait:  # until every worker serves: one still loading the app misses a stop for 35 s
+        if wait:  # until every worker serves
             wait_until(lambda: "serve: nginx on" in self.log.read_text(), self.serve, 60, "its ready line")
             wait_for_app_workers(self.log.read_text, self.serve)
 
@@ -250,3 +250,26 @@ def test_sigterm_during_a_start_or_a_reload_stops_the_unit_within_its_bound_leav
     assert (status, stopped_after < STOP_BOUND_S) == (0, True)
     assert wait_for_exit(processes, timeout=5) == []
     assert "serve: stopping gracefully, during a start or a reload" in releases.log.read_text()
+
+
+def test_sigterm_while_a_worker_still_loads_the_app_stops_the_unit_in_seconds(tmp_path):
+    # The first worker loads the app and serves; the second is still loading it (a slow import).
+    first = tmp_path / "first-worker"
+    one_slow = f"import os, time\ntry:\n    os.close(os.open({str(first)!r}, os.O_CREAT | os.O_EXCL))\nexcept FileExistsError:\n    time.sleep(300)\n"
+    releases = LinkedReleases(tmp_path, wsgi_prelude=one_slow, wait=False)
+    try:
+        wait_until(lambda: "serve: nginx on" in releases.log.read_text(), releases.serve, 60, "its ready line")
+        wait_until(lambda: releases.log.read_text().count("Spawning worker-") == 2, releases.serve, 30, "2 workers")
+        assert releases.log.read_text().count("Started worker-") == 1  # the second one is loading the app
+        processes = descendants(releases.serve.pid)
+        asked = time.monotonic()
+        os.kill(releases.serve.pid, signal.SIGTERM)
+        status = releases.serve.wait(timeout=STOP_BOUND_S)
+        stopped_after = time.monotonic() - asked
+    finally:
+        if releases.serve.poll() is None:
+            releases.stop()
+
+    # Not Granian's 35 s for a loading worker: nothing could reach the app server once nginx had stopped.
+    assert (status, stopped_after < 15) == (0, True), f"stopped after {stopped_after:.1f} s"
+    assert wait_for_exit(processes, timeout=5) == []
