@@ -71,6 +71,16 @@ def networks(env: dict, name: str) -> list[str]:
     return found
 
 
+def nginx_word(name: str, value: str) -> str:
+    """`value` as one word of nginx's config, written as is: none of the characters that end a word or
+    quote one, nor `$`, which nginx reads as a variable in a log's path and in a header's or a body's text."""
+    if special := sorted(set(value) & set(" \t\r\n;{}'\"\\$")):
+        raise SystemExit(
+            f"{name}: {value!r} holds {''.join(special)!r}, which nginx's config would not read as written"
+        )
+    return value
+
+
 def host_addresses(name: str, host: str) -> list[str]:
     try:
         addresses = {info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
@@ -108,8 +118,8 @@ def render_nginx_conf(run_dir, upstream, listen, env, name="nginx.conf", read_ti
         # As root, nginx's workers drop to nobody; otherwise they run as whoever started it.
         USER=f"user {NGINX_WORKER_USER} {NGINX_WORKER_GROUP};" if os.geteuid() == 0 else "",
         LISTEN=listen,
-        RUN_DIR=str(run_dir),
-        UPSTREAM=upstream,
+        RUN_DIR=nginx_word("the unit's folder", str(run_dir)),
+        UPSTREAM=nginx_word("the app server's address", upstream),
         UPSTREAM_IDLE=f"{UPSTREAM_IDLE_S}s",
         READ_TIMEOUT=f"{read_timeout_s}s",
         WORKER_SHUTDOWN=f"{NGINX_SHUTDOWN_S}s",
@@ -118,7 +128,7 @@ def render_nginx_conf(run_dir, upstream, listen, env, name="nginx.conf", read_ti
         LISTEN_ADDRESSES="".join(f" {address} 1;" for address in listen_addresses(listen)),
         ADMIN_CLIENTS=client_rule(networks(env, "PLANTS_ADMIN_CLIENTS")),
         METRICS_CLIENTS=client_rule(networks(env, "PLANTS_METRICS_CLIENTS")),
-        ACCESS_LOG=env.get("PLANTS_ACCESS_LOG") or "/dev/stdout",
+        ACCESS_LOG=nginx_word("PLANTS_ACCESS_LOG", env.get("PLANTS_ACCESS_LOG") or "/dev/stdout"),
     )
 
 
