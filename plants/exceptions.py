@@ -61,7 +61,8 @@ ERROR_CODE_DESCRIPTIONS = {
     "client address; they are refused until the Retry-After header's seconds have passed, while a valid token "
     "from it is served.",
     ErrorCode.INTERNAL_ERROR: "An unexpected error in the service; it is logged, and nothing was stored.",
-    ErrorCode.SERVICE_UNAVAILABLE: "The database or the rate-limit store cannot be reached; retry later.",
+    ErrorCode.SERVICE_UNAVAILABLE: "The database or the rate-limit store cannot be reached, or the request "
+    "waited too long to be served; retry later.",
     ErrorCode.LENGTH_REQUIRED: "A body was sent without a Content-Length the server can use.",
     ErrorCode.URI_TOO_LONG: "The request line (method, path and query) is longer than 8 KiB.",
     ErrorCode.HEADERS_TOO_LARGE: "A request header is longer than 8 KiB, or all of them together than 32 KiB.",

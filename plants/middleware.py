@@ -1,4 +1,4 @@
-"""Middleware: one structured log line per request."""
+"""Middleware: one structured log line per request, and no request served after it waited too long."""
 
 import json
 import logging
@@ -6,8 +6,11 @@ import os
 import re
 import time
 
-from plants import tracing
+from django.conf import settings
+
+from plants import timeouts, tracing
 from plants.clients import client_ip
+from plants.exceptions import ErrorCode, error_response
 
 logger = logging.getLogger("plants.requests")
 
@@ -68,3 +71,30 @@ def error_of(response) -> dict:
     if isinstance(data, dict) and "error" in data and "message" in data:
         return {"error": data["error"], "message": data["message"]}
     return {}
+
+
+class QueueDeadlineMiddleware:
+    """Answers 503 at once a request that waited for an app server's thread past its patience
+    (plants/timeouts.py: QUEUE_PATIENCE_OF_BOUND, half of PLANTS_DATABASE_TIMEOUT_S), nothing done.
+
+    nginx stamps each request as it passes it on, `X-Request-Start: t=<seconds since the epoch>` (the
+    header Heroku's router and APM agents use; deploy/nginx.conf sets it, whatever the client sent),
+    and the app server queues it until a thread is free. Without the stamp (runserver, the test
+    client) or with one not of that form, nothing is checked; nginx and the app server share a clock.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        self.patience_s = settings.PLANTS_DATABASE_TIMEOUT_S * timeouts.QUEUE_PATIENCE_OF_BOUND
+
+    def __call__(self, request):
+        stamp = request.META.get("HTTP_X_REQUEST_START", "")
+        if stamp.startswith("t="):
+            try:
+                waited = time.time() - float(stamp[2:])
+            except ValueError:
+                waited = 0.0
+            if waited > self.patience_s:
+                message = f"The service is too busy: the request waited {waited:.1f} s to be served; retry later."
+                return error_response(ErrorCode.SERVICE_UNAVAILABLE, message, 503)
+        return self.get_response(request)

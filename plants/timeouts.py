@@ -19,6 +19,12 @@ SMALLEST_DATABASE_TIMEOUT_S = 2
 # takes about a millisecond) and past a balancer's patience (HAProxy's check timeout is its `inter`,
 # 1 s): checks asked meanwhile answer 503 at once (plants/readiness.py: OneAtATime).
 READINESS_PATIENCE_S = 1
+# A request's wait for an app server's thread (nginx stamps it, X-Request-Start): past half the bound
+# it is answered 503 at once (plants/middleware.py: QueueDeadlineMiddleware). Threads all waiting on
+# a silent database free up only after the bound; a request queued behind them would then wait out
+# its own bound too, twice the bound in all, past a client's usual 10 s: so every request is answered
+# within 1.5 × the bound. A healthy unit's queue is milliseconds; past seconds it is overloaded.
+QUEUE_PATIENCE_OF_BOUND = 0.5
 # Redis answers in well under a millisecond: 2 s is past any healthy pause. A command waits at most
 # this for a new connection and at most this for its answer (redis-py's socket timeouts, which it
 # enforces itself, so they hold against a server that hangs as well as a network that drops), and

@@ -2,6 +2,7 @@
 the bound (PLANTS_DATABASE_TIMEOUT_S, 5 s), /livez stays 200, and the unit serves again after the heal."""
 
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -175,6 +176,37 @@ def test_health_checks_piling_up_on_a_silent_dependency_answer_503_within_a_seco
     # The first check waits out the bound; in the other process, one check of the twelve may.
     assert [elapsed < 1 + MARGIN_S for elapsed, _ in answered].count(False) <= 2
     assert not Plant.objects.filter(id__range=(11, 14)).exists()
+
+
+def test_creates_queued_behind_every_thread_waiting_on_a_silent_database_are_answered_503_as_a_thread_frees(
+    production_unit, forwarded_database
+):
+    """Every thread of the unit (2 processes × 4) waits on a silent database for the bound; 16 more
+    creates wait for a thread meanwhile. Each of those, having waited past half the bound, is answered
+    503 as soon as it gets a thread, not after a bound of its own: every create within 1.5 × the bound
+    of being sent, nothing stored."""
+    url, port = forwarded_database
+    server = production_unit(DATABASE_URL=url)
+    _, secret = token_issue(name="queued")
+
+    def create(plant_id: int, **headers: str) -> tuple:
+        return request(f"{server.url}/plants", {"id": plant_id, "name": "Fern"}, secret, timeout=3 * BOUND_S, **headers)
+
+    # The stamp is nginx's alone: one a client sends (here from 1970) is replaced, and it is served.
+    assert [create(plant_id, X_Request_Start="t=0")[0] for plant_id in range(1, 9)] == [200] * 8
+
+    with dropped_packets(port), ThreadPoolExecutor(max_workers=24) as clients:
+        created = list(clients.map(lambda plant_id: timed(create, plant_id), range(11, 35)))
+
+    answers = [(status, elapsed < 1.5 * BOUND_S + MARGIN_S) for elapsed, (status, _, _) in created]
+    assert answers == [(503, True)] * 24, f"answered after {sorted(round(elapsed, 1) for elapsed, _ in created)} s"
+    queued = [json.loads(text)["message"] for _, (_, _, text) in created if text != DATABASE_DOWN]
+    assert len(queued) >= 16  # all but the 8 that had a thread at once
+    assert all(
+        re.fullmatch(r"The service is too busy: the request waited [\d.]+ s to be served; retry later\.", message)
+        for message in queued
+    ), queued
+    assert not Plant.objects.filter(id__range=(11, 34)).exists()
 
 
 def connect_error(url: str) -> Exception | None:
