@@ -75,7 +75,7 @@ def nginx_word(name: str, value: str) -> str:
     """`value` as one word of nginx's config, written as is: none of the characters that end a word or
     quote one, nor `$`, which nginx reads as a variable in a log's path and in a header's or a body's text."""
     if special := sorted(set(value) & set(" \t\r\n;{}'\"\\$")):
-        raise SystemExit(
+        raise RuntimeError(
             f"{name}: {value!r} holds {''.join(special)!r}, which nginx's config would not read as written"
         )
     return value
@@ -85,7 +85,7 @@ def host_addresses(name: str, host: str) -> list[str]:
     try:
         addresses = {info[4][0] for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
     except (OSError, UnicodeError):
-        raise SystemExit(f"{name}: {host!r} is not an address, a network or a host name that resolves") from None
+        raise RuntimeError(f"{name}: {host!r} is not an address, a network or a host name that resolves") from None
     return sorted(str(ipaddress.ip_network(address)) for address in addresses)
 
 

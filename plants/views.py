@@ -11,6 +11,7 @@ from rest_framework.response import Response
 
 from plants import metrics as service_metrics
 from plants.exceptions import ErrorCode, LengthRequired, MalformedBody, error_response
+from plants.middleware import served_however_long_it_waited
 from plants.negotiation import request_media_type
 from plants.readiness import unready_dependencies
 from plants.schema import create_plant_schema
@@ -76,6 +77,7 @@ def liveness(request):
     return JsonResponse({"status": "ok"})
 
 
+@served_however_long_it_waited  # no database: a scrape of a unit its own threads keep waiting is served
 def metrics(request):
     """GET /metrics for Prometheus, behind its own bearer token (PLANTS_METRICS_TOKEN); 404 while unset.
 

@@ -59,7 +59,7 @@ def test_a_trusted_proxy_that_is_no_address_and_does_not_resolve_stops_the_start
     env = {"PLANTS_TRUSTED_PROXIES": "front.invalid"}
 
     with pytest.raises(
-        SystemExit,
+        RuntimeError,
         match="PLANTS_TRUSTED_PROXIES: 'front.invalid' is not an address, a network or a host name that resolves",
     ):
         render_nginx_conf(tmp_path, "unix:/tmp/app.sock", "127.0.0.1:8000", env)
@@ -79,12 +79,12 @@ def test_nginx_tells_which_app_server_it_sends_to_loopback_and_the_one_address_i
     "access_log", ["/var/log/plants-$host.log", "/var/log/plants.log; include /etc/passwd", "/var/log/my plants.log"]
 )
 def test_an_access_log_path_nginx_would_read_otherwise_stops_the_start(tmp_path, access_log):
-    with pytest.raises(SystemExit, match="PLANTS_ACCESS_LOG: .* which nginx's config would not read as written"):
+    with pytest.raises(RuntimeError, match="PLANTS_ACCESS_LOG: .* which nginx's config would not read as written"):
         render_nginx_conf(tmp_path, "unix:/tmp/app.sock", "127.0.0.1:8000", {"PLANTS_ACCESS_LOG": access_log})
     assert not (tmp_path / "nginx.conf").exists()
 
 
 def test_a_unit_folder_with_a_dollar_in_its_path_stops_the_start(tmp_path):
     # TMPDIR's: the unit's folder is in nginx's paths, its socket also in /_edge/upstream's answer.
-    with pytest.raises(SystemExit, match="the unit's folder: .*'\\$'"):
+    with pytest.raises(RuntimeError, match="the unit's folder: .*'\\$'"):
         render_nginx_conf(tmp_path / "a$b", f"unix:{tmp_path}/a$b/app.sock", "127.0.0.1:8000", {})

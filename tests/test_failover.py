@@ -32,7 +32,6 @@ from plants.tokens import token_digest
 from tests.failover import (  # noqa: F401 (the fixtures)
     BOUND_SECONDS,
     FAILOVER_SECONDS,
-    UNAVAILABLE,
     assert_only_created_or_unavailable,
     cluster,
     database,
@@ -40,6 +39,7 @@ from tests.failover import (  # noqa: F401 (the fixtures)
     issue_token,
     restored_plant_ids,
     scheduled_backup,
+    service_unavailable,
     stored_ids,
     wait_for_promotion,
 )
@@ -634,7 +634,7 @@ def test_standby_lost_creates_go_on_on_the_primary_alone_and_the_primary_lost_to
         *(len(both_lost + standby_back), max(answer[4] for answer in both_lost + standby_back), states[standby.name]),
     )
     refusals = {
-        (status, body in UNAVAILABLE, seconds < BOUND_SECONDS)
+        (status, service_unavailable(body), seconds < BOUND_SECONDS)
         for _, status, body, _, seconds in both_lost + standby_back
     }
     assert refusals == {(503, True, True)}

@@ -173,6 +173,27 @@ def test_a_reload_nginx_refuses_the_config_of_leaves_the_running_version_serving
     assert app_servers == [app]  # the new one was stopped
 
 
+def test_a_reload_with_a_setting_nginx_cannot_take_as_written_fails_naming_it_and_the_running_version_serves_on(
+    tmp_path,
+):
+    unreachable = f"postgres://nobody@{str(tmp_path / 'no-server').replace('/', '%2F')}/plantstore"
+    unit = live_unit(tmp_path, DATABASE_URL=unreachable).start()
+    try:
+        app = unit.app.process.pid
+        # A `$` would be a variable to nginx (a log file per Host); the reload, SIGHUP's, refuses it.
+        with pytest.raises(RuntimeError, match=r"PLANTS_ACCESS_LOG: '/var/log/plants-\$host.log' holds '\$'"):
+            unit.reload({**unit.env, "PLANTS_LISTEN": unit.listen, "PLANTS_ACCESS_LOG": "/var/log/plants-$host.log"})
+        liveness = request(f"{unit.url}/livez")
+        state = (unit.app.process.pid, unit.env.get("PLANTS_ACCESS_LOG"), [p.name for p in unit.run_dir.glob("*.sock")])
+        app_servers = [pid for pid in children(os.getpid()) if b"bin/granian" in command_line(pid)]
+    finally:
+        unit.stop()
+
+    assert (liveness[0], liveness[2]) == (200, '{"status": "ok"}')
+    assert state == (app, None, ["app.0.sock"])
+    assert app_servers == [app]  # the new one was stopped
+
+
 def test_a_reload_nginx_does_not_take_fails_and_the_running_version_serves_on(tmp_path):
     unreachable = f"postgres://nobody@{str(tmp_path / 'no-server').replace('/', '%2F')}/plantstore"
     unit = live_unit(tmp_path, DATABASE_URL=unreachable).start()
