@@ -10,7 +10,6 @@ the primary (or a standby) directly.
 
 import json
 import os
-import re
 import shutil
 import subprocess
 
@@ -22,7 +21,7 @@ from localcluster.cluster import as_unprivileged_user
 from localcluster.database import ADDRESSES, PRIMARY_STATES, DataNode, FailoverDatabase
 from localcluster.processes import free_port
 from plants.timeouts import DEFAULT_DATABASE_TIMEOUT_S
-from tests.live import LIVE_SETTINGS, PUBLIC_HOST, Load, live_cluster, manage_on
+from tests.live import LIVE_SETTINGS, PUBLIC_HOST, TOO_BUSY, Load, live_cluster, manage_on
 
 # Measured here (docs/scaling.md, "Scaling out"): creates answer 200 again about 7 s after the primary's host
 # is lost (monitor: 2 s to declare it down, 3 s for it to demote, then the promotion; HAProxy: 2
@@ -32,8 +31,6 @@ UNAVAILABLE = [
     {"error": 50300, "message": "The service cannot reach its database; retry later."},
     {"error": 50300, "message": "No app server could answer; retry later."},
 ]
-# An app server's, for a request that waited for a thread past its patience (plants/middleware.py).
-TOO_BUSY = re.compile(r"The service is too busy: the request waited \d+\.\d s to be served; retry later\.")
 
 
 def service_unavailable(body: dict) -> bool:

@@ -61,6 +61,8 @@ PUBLIC_HOST = production_settings()["DJANGO_ALLOWED_HOSTS"].split(",")[0]
 # Where the TLS proxy in front of a unit connects from (its PLANTS_TRUSTED_PROXIES): the tests send
 # their requests from there, with the headers it adds to each, as production's requests arrive.
 TLS_PROXY_ADDRESS = "127.0.0.10"
+# The 503 Error body's message for a request that waited too long for an app thread (plants/middleware.py).
+TOO_BUSY = re.compile(r"The service is too busy: the request waited (\d+\.\d) s to be served; retry later\.")
 PROXY_HEADERS = {"Host": PUBLIC_HOST, "X-Forwarded-Proto": "https", "X-Forwarded-For": "127.0.0.1"}
 
 

@@ -4,18 +4,16 @@ live case, every thread waiting on a silent database, is in tests/test_timeouts.
 
 import json
 import logging
-import re
 import time
 
 import pytest
 from django.test import override_settings
 
 from plants.models import Plant
+from tests.live import TOO_BUSY
 from tests.test_metrics import METRICS_TOKEN, sample
 
 pytestmark = pytest.mark.django_db
-
-TOO_BUSY = re.compile(r"The service is too busy: the request waited (\d+\.\d) s to be served; retry later\.")
 
 
 def stamped(seconds_ago: float) -> dict:
