@@ -96,7 +96,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "plants.metrics.RequestMetricsMiddleware",  # first, so it times and counts every answer
     "plants.middleware.RequestLogMiddleware",
-    "plants.middleware.QueueDeadlineMiddleware",  # before any work: a request that waited too long is refused
+    "plants.middleware.QueueDeadlineMiddleware",  # before any view: a request that waited too long is refused
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",  # the admin's and /docs' static files
     "django.contrib.sessions.middleware.SessionMiddleware",
