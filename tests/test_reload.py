@@ -80,6 +80,15 @@ class LinkedReleases:
         (self.work_dir / "next").symlink_to(folder)
         os.replace(self.work_dir / "next", self.current)
 
+    def terminate(self) -> tuple[int, float, list[int]]:
+        """SIGTERM to the supervisor alone, as systemd sends it: its exit status, the seconds it took to
+        exit, and the processes it had (which should have exited with it)."""
+        processes = descendants(self.serve.pid)
+        asked = time.monotonic()
+        os.kill(self.serve.pid, signal.SIGTERM)
+        status = self.serve.wait(timeout=STOP_BOUND_S)
+        return status, time.monotonic() - asked, processes
+
     def stop(self) -> None:
         os.killpg(self.serve.pid, signal.SIGTERM)
         self.serve.wait(timeout=60)
@@ -259,11 +268,7 @@ def test_sigterm_during_a_start_or_a_reload_stops_the_unit_within_its_bound_leav
         # The new app server has started, and its workers are loading the app.
         loading = lambda: [pid for pid in children(releases.serve.pid) if b"bin/granian" in command_line(pid)]  # noqa: E731
         wait_until(lambda: len(loading()) == (2 if during == "reload" else 1), releases.serve, 30, "the app server")
-        processes = descendants(releases.serve.pid)
-        asked = time.monotonic()
-        os.kill(releases.serve.pid, signal.SIGTERM)
-        status = releases.serve.wait(timeout=STOP_BOUND_S)
-        stopped_after = time.monotonic() - asked
+        status, stopped_after, processes = releases.terminate()
     finally:
         if releases.serve.poll() is None:
             releases.stop()
@@ -282,11 +287,7 @@ def test_sigterm_while_a_worker_still_loads_the_app_stops_the_unit_in_seconds(tm
         wait_until(lambda: "serve: nginx on" in releases.log.read_text(), releases.serve, 60, "its ready line")
         wait_until(lambda: releases.log.read_text().count("Spawning worker-") == 2, releases.serve, 30, "2 workers")
         assert releases.log.read_text().count("Started worker-") == 1  # the second one is loading the app
-        processes = descendants(releases.serve.pid)
-        asked = time.monotonic()
-        os.kill(releases.serve.pid, signal.SIGTERM)
-        status = releases.serve.wait(timeout=STOP_BOUND_S)
-        stopped_after = time.monotonic() - asked
+        status, stopped_after, processes = releases.terminate()
     finally:
         if releases.serve.poll() is None:
             releases.stop()
