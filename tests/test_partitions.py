@@ -106,9 +106,10 @@ def test_one_app_server_cut_off_from_the_database_for_20_s_leaves_rotation_withi
     while_out = [status for _, status, _, _, sent in load.answers if dropped_at + out_after < sent < healed_at]
     refused = [sent - dropped_at for _, status, _, _, sent in load.answers if status != 200]
     summary = (
-        "cut off: out of rotation %.1f s after the drop, back %.1f s after the heal; %d answers while out, "
-        "%d answers not 200, sent %.1f s to %.1f s after the drop"
-    ) % (out_after, back_after, len(while_out), len(refused), min(refused, default=0), max(refused, default=0))
+        f"cut off: out of rotation {out_after:.1f} s after the drop, back {back_after:.1f} s after the heal; "
+        f"{len(while_out)} answers while out, {len(refused)} answers not 200, sent {min(refused, default=0):.1f} s "
+        f"to {max(refused, default=0):.1f} s after the drop"
+    )
     log.info(summary)
     assert_only_created_or_unavailable(load, summary, fault_at=dropped_at)
     assert len(while_out) >= 20 and set(while_out) == {200}
@@ -146,15 +147,9 @@ def test_primary_host_cut_off_from_everyone_for_20_s_under_load_promotes_the_sta
     late = [status for _, status, _, _, sent in load.answers if sent > healed_at + HEALED_SECONDS]
     failed = [sent - cut_at for _, status, _, _, sent in load.answers if status != 200]
     summary = (
-        "host cut off: standby promoted %.1f s after the cut, old primary a standby again %.1f s after the "
-        "heal (at %.1f s); %d answers not 200, sent %.1f s to %.1f s after the cut"
-    ) % (
-        promoted_after,
-        rejoined_after,
-        healed_at - cut_at,
-        len(failed),
-        min(failed, default=0),
-        max(failed, default=0),
+        f"host cut off: standby promoted {promoted_after:.1f} s after the cut, old primary a standby again "
+        f"{rejoined_after:.1f} s after the heal (at {healed_at - cut_at:.1f} s); {len(failed)} answers not 200, "
+        f"sent {min(failed, default=0):.1f} s to {max(failed, default=0):.1f} s after the cut"
     )
     log.info(summary)
     assert_only_created_or_unavailable(load, summary, fault_at=cut_at)
