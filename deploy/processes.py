@@ -116,13 +116,17 @@ def stop_process(process: subprocess.Popen | None, timeout: float = 15, sig: int
 
 
 def stop_all(servers: list["ServerProcess"], timeout: float, sig: int = signal.SIGTERM) -> None:
-    """Send `sig` to every server at once, then wait for them all within `timeout`; SIGKILL what is left."""
-    running = [server.process for server in servers if server.running()]
-    for process in running:
-        process.send_signal(sig)
+    """Send `sig` to every server at once, then wait for them all within `timeout`; SIGKILL the process
+    group of any left (its children with it)."""
+    running = [server for server in servers if server.running()]
+    for server in running:
+        server.process.send_signal(sig)
     deadline = time.monotonic() + timeout
-    for process in running:
-        wait_or_kill(process, max(0.0, deadline - time.monotonic()))
+    for server in running:
+        try:
+            server.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            server.kill()
 
 
 def wait_or_kill(process: subprocess.Popen, timeout: float) -> None:

@@ -26,6 +26,7 @@ from deploy.processes import (
     children,
     http_status,
     render,
+    stop_all,
     wait_until,
 )
 
@@ -326,7 +327,7 @@ class Unit:
             return False
         workers = set(children(self.nginx.process.pid))
         done = [item for item in self.retiring if not item[2] & workers or time.monotonic() >= item[3]]
-        stop_idle([app for app, *_ in done])
+        stop_all([app for app, *_ in done], timeout=IDLE_APP_STOP_S)  # nginx no longer sends to them
         for item in done:
             item[1].unlink(missing_ok=True)
             self.retiring.remove(item)
@@ -340,22 +341,7 @@ class Unit:
         then the app servers, idle, stop: within STOP_S + IDLE_APP_STOP_S."""
         if self.nginx:
             self.nginx.stop(timeout=STOP_S, sig=signal.SIGQUIT)
-        stop_idle([app for app, *_ in self.retiring] + ([self.app] if self.app else []))
+        stop_all([app for app, *_ in self.retiring] + ([self.app] if self.app else []), timeout=IDLE_APP_STOP_S)
         self.retiring = []
         if self.run_dir:
             shutil.rmtree(self.run_dir, ignore_errors=True)
-
-
-def stop_idle(apps: list[ServerProcess]) -> None:
-    """Stop app servers that nginx no longer sends to, so that nothing is in flight: SIGTERM to all at
-    once; the process group of any still running after IDLE_APP_STOP_S is killed (a worker still
-    loading the app, which Granian would wait for WORKER_STOP_S)."""
-    running = [app for app in apps if app.running()]
-    for app in running:
-        app.process.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + IDLE_APP_STOP_S
-    for app in running:
-        try:
-            app.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            app.kill()
