@@ -153,9 +153,19 @@ def test_a_request_begun_before_a_reload_is_answered_after_it_by_the_old_app_ser
     assert {7, 8} <= served.stored_ids()
 
 
-def test_a_reload_nginx_refuses_the_config_of_leaves_the_running_version_serving(tmp_path):
+def unit_without_database(tmp_path: Path):
+    """A production unit started on a database that is nowhere: its reloads need none."""
     unreachable = f"postgres://nobody@{str(tmp_path / 'no-server').replace('/', '%2F')}/plantstore"
-    unit = live_unit(tmp_path, DATABASE_URL=unreachable).start()
+    return live_unit(tmp_path, DATABASE_URL=unreachable).start()
+
+
+def granian_children(parent: int) -> list[int]:
+    """The Granian main processes among `parent`'s children."""
+    return [pid for pid in children(parent) if b"bin/granian" in command_line(pid)]
+
+
+def test_a_reload_nginx_refuses_the_config_of_leaves_the_running_version_serving(tmp_path):
+    unit = unit_without_database(tmp_path)
     try:
         app, nginx = unit.app.process.pid, unit.nginx.process.pid
         nginx_workers = children(nginx)
@@ -173,7 +183,7 @@ def test_a_reload_nginx_refuses_the_config_of_leaves_the_running_version_serving
             unit.reload()
         liveness = request(f"{unit.url}/livez")
         state = (unit.app.process.pid, children(nginx), sorted(path.name for path in unit.run_dir.glob("*.sock")))
-        app_servers = [pid for pid in children(os.getpid()) if b"bin/granian" in command_line(pid)]
+        app_servers = granian_children(os.getpid())
     finally:
         unit.stop()
 
@@ -185,16 +195,19 @@ def test_a_reload_nginx_refuses_the_config_of_leaves_the_running_version_serving
 def test_a_reload_with_a_setting_nginx_cannot_take_as_written_fails_naming_it_and_the_running_version_serves_on(
     tmp_path,
 ):
-    unreachable = f"postgres://nobody@{str(tmp_path / 'no-server').replace('/', '%2F')}/plantstore"
-    unit = live_unit(tmp_path, DATABASE_URL=unreachable).start()
+    unit = unit_without_database(tmp_path)
     try:
         app = unit.app.process.pid
         # A `$` would be a variable to nginx (a log file per Host); the reload, SIGHUP's, refuses it.
         with pytest.raises(RuntimeError, match=r"PLANTS_ACCESS_LOG: '/var/log/plants-\$host.log' holds '\$'"):
             unit.reload({**unit.env, "PLANTS_LISTEN": unit.listen, "PLANTS_ACCESS_LOG": "/var/log/plants-$host.log"})
         liveness = request(f"{unit.url}/livez")
-        state = (unit.app.process.pid, unit.env.get("PLANTS_ACCESS_LOG"), [p.name for p in unit.run_dir.glob("*.sock")])
-        app_servers = [pid for pid in children(os.getpid()) if b"bin/granian" in command_line(pid)]
+        state = (
+            unit.app.process.pid,
+            unit.env.get("PLANTS_ACCESS_LOG"),
+            sorted(path.name for path in unit.run_dir.glob("*.sock")),
+        )
+        app_servers = granian_children(os.getpid())
     finally:
         unit.stop()
 
@@ -204,8 +217,7 @@ def test_a_reload_with_a_setting_nginx_cannot_take_as_written_fails_naming_it_an
 
 
 def test_a_reload_nginx_does_not_take_fails_and_the_running_version_serves_on(tmp_path):
-    unreachable = f"postgres://nobody@{str(tmp_path / 'no-server').replace('/', '%2F')}/plantstore"
-    unit = live_unit(tmp_path, DATABASE_URL=unreachable).start()
+    unit = unit_without_database(tmp_path)
     try:
         app, nginx = unit.app.process.pid, unit.nginx.process.pid
         os.kill(nginx, signal.SIGSTOP)  # nginx's master takes no signal: the new config is never read
@@ -218,7 +230,7 @@ def test_a_reload_nginx_does_not_take_fails_and_the_running_version_serves_on(tm
         retired = [unit.retire() for _ in range(3)]
         health = request(f"{unit.url}/healthz")  # the running app server answers: its database does not
         state = (unit.app.process.pid, sorted(path.name for path in unit.run_dir.glob("*.sock")))
-        app_servers = [pid for pid in children(os.getpid()) if b"bin/granian" in command_line(pid)]
+        app_servers = granian_children(os.getpid())
     finally:
         unit.stop()
 
@@ -266,8 +278,8 @@ def test_sigterm_during_a_start_or_a_reload_stops_the_unit_within_its_bound_leav
             os.kill(releases.serve.pid, signal.SIGHUP)
             wait_until(lambda: "serve: reloading" in releases.log.read_text(), releases.serve, 30, "the reload")
         # The new app server has started, and its workers are loading the app.
-        loading = lambda: [pid for pid in children(releases.serve.pid) if b"bin/granian" in command_line(pid)]  # noqa: E731
-        wait_until(lambda: len(loading()) == (2 if during == "reload" else 1), releases.serve, 30, "the app server")
+        loading = 2 if during == "reload" else 1
+        wait_until(lambda: len(granian_children(releases.serve.pid)) == loading, releases.serve, 30, "the app server")
         status, stopped_after, processes = releases.terminate()
     finally:
         if releases.serve.poll() is None:
