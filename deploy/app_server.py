@@ -4,9 +4,11 @@ One process per core, APP_THREADS threads each to wait out database round trips;
 the requests in flight, then exits; a worker that dies is started again.
 """
 
+import math
 import os
 
 from deploy.processes import BIN
+from plants.timeouts import DEFAULT_DATABASE_TIMEOUT_S, QUEUE_PATIENCE_OF_BOUND
 
 # Every setting and its default; the unit's environment may set each.
 SETTINGS = {"APP_PROCESSES": str(os.cpu_count() or 1), "APP_THREADS": "4"}
@@ -19,23 +21,41 @@ KEEP_ALIVE_IDLE_S = 30
 # Connections a worker serves at once: well above the idle ones nginx keeps (nginx.conf: `keepalive`),
 # or a worker would stop taking nginx's new connections (tests/test_upstream_keepalive.py).
 BACKPRESSURE = 128
-# A stopped worker's time to finish its requests: above nginx's 30 s wait, under systemd's TimeoutStopSec.
+# nginx's wait for the app's answer (proxy_read_timeout), then its own 503: the app must answer first.
+NGINX_READ_TIMEOUT_S = 30
+# A stopped worker's time to finish its requests: above nginx's wait, under systemd's TimeoutStopSec.
 WORKER_STOP_S = 35
 
 
-def setting(env: dict, name: str) -> int:
-    value = env.get(name) or SETTINGS[name]
+def setting(env: dict, name: str, default: str | None = None) -> int:
+    """A whole-number setting of `env`: RuntimeError naming it otherwise (a reload refused, the
+    running version serving on; at a start, the start refused)."""
+    value = env.get(name) or default or SETTINGS[name]
     try:
         return int(value)
     except ValueError:
-        raise SystemExit(f"{name} must be a whole number, not {value!r}") from None
+        raise RuntimeError(f"{name} must be a whole number, not {value!r}") from None
+
+
+def check_database_timeout(env: dict) -> None:
+    """The app answers every request within 1.5 × PLANTS_DATABASE_TIMEOUT_S of its reaching nginx
+    (plants/timeouts.py): a bound whose answers nginx would cut off first is refused for serving."""
+    bound = setting(env, "PLANTS_DATABASE_TIMEOUT_S", str(DEFAULT_DATABASE_TIMEOUT_S))
+    if (longest := math.ceil((1 + QUEUE_PATIENCE_OF_BOUND) * bound)) >= NGINX_READ_TIMEOUT_S:
+        largest = math.ceil(NGINX_READ_TIMEOUT_S / (1 + QUEUE_PATIENCE_OF_BOUND)) - 1
+        raise RuntimeError(
+            f"PLANTS_DATABASE_TIMEOUT_S is {bound}: a request could take {longest} s, and nginx answers 503 "
+            f"after {NGINX_READ_TIMEOUT_S} s while the app may still store it; at most {largest} to serve "
+            "(a one-off command may have more)"
+        )
 
 
 def granian_command(env: dict, socket_mode: str = "0o600") -> list[str]:
     """Granian (from the venv) serving the service on `{socket}` as production runs it: the program
     first, the WSGI application last. The socket is the user's alone (`socket_mode`: the systemd
-    slot's is its group's too, nginx's way in)."""
+    slot's is its group's too, nginx's way in). RuntimeError names a setting it cannot serve with."""
     workers, threads = setting(env, "APP_PROCESSES"), setting(env, "APP_THREADS")
+    check_database_timeout(env)
     return [
         str(BIN / "granian"),
         *("--interface=wsgi", "--http=1", "--no-ws", "--uds={socket}", f"--uds-permissions={socket_mode}"),
@@ -55,5 +75,8 @@ if __name__ == "__main__":
     # process's place, on the socket given, with the unit's settings and APP_ENVIRONMENT beneath them.
     import sys
 
-    command = [part.format(socket=sys.argv[1]) for part in granian_command(os.environ, socket_mode="0o660")]
+    try:
+        command = [part.format(socket=sys.argv[1]) for part in granian_command(os.environ, socket_mode="0o660")]
+    except RuntimeError as error:
+        raise SystemExit(str(error)) from None
     os.execve(command[0], command, {**APP_ENVIRONMENT, **os.environ})

@@ -38,7 +38,11 @@ def main() -> int:
     # A closing terminal may send SIGHUP too: the loop below checks the terminal before any reload.
     signal.signal(signal.SIGHUP, lambda *_: asked.append("reload"))
     env = with_env_file(started_with)
-    unit = Unit(listen_address(env), env, supervised=True, name="serve")
+    try:
+        unit = Unit(listen_address(env), env, supervised=True, name="serve")
+    except RuntimeError as error:  # a setting it cannot serve with
+        say(f"serve: {error}")
+        return 1
     try:
         with under_way(busy, "start"):
             unit.start()

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from deploy.app_server import APP_ENVIRONMENT, granian_command
+from deploy.app_server import APP_ENVIRONMENT, NGINX_READ_TIMEOUT_S, granian_command
 from deploy.probe import probe_host
 from deploy.processes import (
     ROOT,
@@ -36,8 +36,7 @@ NGINX_WORKER_USER, NGINX_WORKER_GROUP = "nobody", "nogroup"
 # HAProxy's 10 s), so nginx never sends a POST on a connection the upstream is closing
 # (tests/test_upstream_keepalive.py).
 UPSTREAM_IDLE_S = 4
-READ_TIMEOUT_S = 30  # nginx's wait for the app's answer, then its 503 (docs/operating.md, Running it)
-NGINX_SHUTDOWN_S = 35  # a stopping nginx worker's time to finish: above READ_TIMEOUT_S, under STOP_S
+NGINX_SHUTDOWN_S = 35  # a stopping nginx worker's time to finish: above NGINX_READ_TIMEOUT_S, under STOP_S
 STOP_S = 40  # Unit.stop's wait for nginx: with the app servers' below, under systemd's 90 s
 # An app server no request can reach any more (nginx, its only client, has stopped or moved on) has
 # this long to exit after SIGTERM, then its process group is killed: idle, Granian exits in well under
@@ -109,7 +108,7 @@ def client_rule(clients: list[str]) -> str:
     return "".join(f" allow {client};" for client in clients) + (" deny all;" if clients else "")
 
 
-def render_nginx_conf(run_dir, upstream, listen, env, name="nginx.conf", read_timeout_s=READ_TIMEOUT_S):
+def render_nginx_conf(run_dir, upstream, listen, env, name="nginx.conf", read_timeout_s=NGINX_READ_TIMEOUT_S):
     """deploy/nginx.conf as `name` in `run_dir`: nginx on `listen` in front of `upstream`, with the settings
     of `env` it reads (PLANTS_TRUSTED_PROXIES, PLANTS_ADMIN_CLIENTS, PLANTS_METRICS_CLIENTS, PLANTS_ACCESS_LOG)."""
     proxies = networks(env, "PLANTS_TRUSTED_PROXIES")
@@ -217,8 +216,9 @@ class Unit:
         metrics.mkdir(parents=True, exist_ok=True)
         for stale in metrics.glob("*.db"):
             stale.unlink()
+        conf = self.nginx_conf()  # first: a setting nginx cannot take is refused before the app loads
         self.app = self.launch_app()
-        command = nginx_command(self.run_dir, self.nginx_conf())
+        command = nginx_command(self.run_dir, conf)
         self.nginx = ServerProcess("nginx", command, dict(os.environ), self.log_path, self.supervised)
         self.nginx.launch()
 
@@ -285,6 +285,7 @@ class Unit:
         try:
             if env is not None:
                 self.configure(env)
+            next_conf = self.nginx_conf("next.conf")  # first: a setting nginx cannot take is refused at once
             new_app = self.launch_app()
             # Django imports the URLs and views at the first request: one proves they load.
             livez = http_status(
@@ -292,7 +293,6 @@ class Unit:
             )
             if livez != 200:
                 raise RuntimeError(f"{self.name}: the new app server answered /livez with {livez}")
-            next_conf = self.nginx_conf("next.conf")
             old_nginx_workers = switch_nginx(
                 self.run_dir, next_conf, self.nginx.process.pid, self.name, self.nginx.process
             )
@@ -300,6 +300,7 @@ class Unit:
             if new_app:
                 new_app.kill()
             self.socket_path.unlink(missing_ok=True)
+            (self.run_dir / "next.conf").unlink(missing_ok=True)
             self.env, self.app_env, self.app_command, self.probe_host = serving_settings
             self.generation -= 1
             raise

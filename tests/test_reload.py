@@ -201,6 +201,7 @@ def test_a_reload_with_a_setting_nginx_cannot_take_as_written_fails_naming_it_an
         # A `$` would be a variable to nginx (a log file per Host); the reload, SIGHUP's, refuses it.
         with pytest.raises(RuntimeError, match=r"PLANTS_ACCESS_LOG: '/var/log/plants-\$host.log' holds '\$'"):
             unit.reload({**unit.env, "PLANTS_LISTEN": unit.listen, "PLANTS_ACCESS_LOG": "/var/log/plants-$host.log"})
+        app_servers_started = unit.log().count("Starting granian")
         liveness = request(f"{unit.url}/livez")
         state = (
             unit.app.process.pid,
@@ -213,7 +214,7 @@ def test_a_reload_with_a_setting_nginx_cannot_take_as_written_fails_naming_it_an
 
     assert (liveness[0], liveness[2]) == (200, '{"status": "ok"}')
     assert state == (app, None, ["app.0.sock"])
-    assert app_servers == [app]  # the new one was stopped
+    assert (app_servers, app_servers_started) == ([app], 1)  # refused before a new one was started
 
 
 def test_a_reload_nginx_does_not_take_fails_and_the_running_version_serves_on(tmp_path):
@@ -262,6 +263,42 @@ def test_a_reload_whose_new_version_fails_to_start_leaves_the_running_one_servin
     assert (created[0], created[2]) == (200, '{"id":1,"name":"Fern"}')
     assert (serving, still_serving, sockets) == (True, app, ["app.0.sock"])
     assert "the new version is broken" in served.log()
+
+
+@pytest.mark.parametrize(
+    ("setting", "refused_because"),
+    [
+        ("APP_THREADS=four", "APP_THREADS must be a whole number, not 'four'"),
+        ("PLANTS_DATABASE_TIMEOUT_S=20", "PLANTS_DATABASE_TIMEOUT_S is 20: a request could take 30 s"),
+    ],
+    ids=["not-a-number", "past-nginx-s-wait"],
+)
+def test_a_reload_with_a_setting_the_app_server_cannot_serve_fails_naming_it_and_the_running_version_serves_on(
+    tmp_path, setting, refused_because
+):
+    # The settings a reload reads anew: those of the file, not of make serve's environment.
+    served, settings_file = MakeServe(tmp_path), tmp_path / "plantstore.env"
+    in_the_file = {name: served.env.pop(name) for name in ("APP_THREADS", "PLANTS_DATABASE_TIMEOUT_S")}
+    settings_file.write_text("".join(f"{name}={value}\n" for name, value in in_the_file.items()))
+    served.env["DJANGO_ENV_FILE"] = str(settings_file)
+    served.start()
+    try:
+        token = served.token()
+        app = {served.pid_of(b"bin/granian"), *served.app_workers()}
+        name = setting.partition("=")[0]  # the operator's edit, then `kill -HUP` (systemctl reload)
+        settings_file.write_text(settings_file.read_text().replace(f"{name}={in_the_file[name]}", setting))
+
+        os.kill(served.pid_of(b"deploy.serve"), signal.SIGHUP)
+        wait_until(lambda: "serve: the reload failed" in served.log(), served.process, 30, "the failed reload")
+        created = request(f"{served.url}/plants", {"id": 1, "name": "Fern"}, token)
+        still_serving = {served.pid_of(b"bin/granian"), *served.app_workers()}
+        serving = served.process.poll() is None
+    finally:
+        served.stop()
+
+    assert (created[0], created[2]) == (200, '{"id":1,"name":"Fern"}')
+    assert (serving, still_serving) == (True, app)
+    assert f"serve: the reload failed, the running version serves on: {refused_because}" in served.log()
 
 
 # A version whose app takes minutes to load (a cold disk, a slow import): its start or reload is under way.

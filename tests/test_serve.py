@@ -139,6 +139,29 @@ def test_the_unit_s_own_settings_given_only_in_django_env_file_reach_its_listene
     assert server.stored_ids() == {1}
 
 
+@pytest.mark.parametrize(
+    ("setting", "refused_because"),
+    [
+        ({"PLANTS_DATABASE_TIMEOUT_S": "20"}, "PLANTS_DATABASE_TIMEOUT_S is 20: a request could take 30 s,"),
+        (
+            {"PLANTS_ACCESS_LOG": "/var/log/plants-$host.log"},
+            "PLANTS_ACCESS_LOG: '/var/log/plants-$host.log' holds '$'",
+        ),
+    ],
+    ids=["database-bound-past-nginx-s-wait", "access-log-nginx-cannot-take"],
+)
+def test_a_start_with_a_setting_it_cannot_serve_with_is_refused_naming_it_before_any_server_starts(
+    tmp_path, setting, refused_because
+):
+    server = MakeServe(tmp_path, **setting)
+    with pytest.raises(RuntimeError, match="make serve did not come up"):
+        server.start()
+
+    assert server.process.returncode == 2  # make's, for the recipe's exit 1
+    assert f"\nserve: {refused_because}" in server.log()
+    assert "Starting granian" not in server.log()
+
+
 def test_a_rate_limit_store_down_at_start_does_not_stop_it_and_it_serves_uncounted_till_the_store_is_back(tmp_path):
     redis = Redis()  # its port chosen, not started: down when make serve starts
     server = MakeServe(tmp_path, REDIS_URL=redis.url, PLANTS_THROTTLE_RATE="600/minute").start()

@@ -71,6 +71,34 @@ def test_start_with_a_database_timeout_under_2_s_fails_naming_the_variable():
     assert "PLANTS_DATABASE_TIMEOUT_S must be at least 2 (libpq's smallest connect_timeout), not 1." in result.stderr
 
 
+PAST_NGINX_S_WAIT = (
+    "PLANTS_DATABASE_TIMEOUT_S is 20: a request could take 30 s, and nginx answers 503 after 30 s while the app "
+    "may still store it; at most 19 to serve (a one-off command may have more)"
+)
+
+
+def test_a_served_app_server_with_a_database_bound_nginx_would_cut_off_is_refused_naming_the_variable(tmp_path):
+    socket_path = tmp_path / "app.sock"
+    command = [sys.executable, "-m", "deploy.app_server", str(socket_path)]  # the systemd slot's ExecStart=
+
+    refused = subprocess.run(command, cwd=ROOT, env=live_env(PLANTS_DATABASE_TIMEOUT_S="20"), capture_output=True)
+
+    assert (refused.returncode, refused.stderr.decode()) == (1, PAST_NGINX_S_WAIT + "\n")
+    assert not socket_path.exists()
+
+
+def test_the_largest_database_bound_a_unit_serves_with_is_answered_before_nginx_gives_up():
+    from deploy.app_server import NGINX_READ_TIMEOUT_S, granian_command
+
+    served = granian_command(live_env(PLANTS_DATABASE_TIMEOUT_S="19"))
+    with pytest.raises(RuntimeError) as refused:
+        granian_command(live_env(PLANTS_DATABASE_TIMEOUT_S="20"))
+
+    assert (1 + timeouts.QUEUE_PATIENCE_OF_BOUND) * 19 < NGINX_READ_TIMEOUT_S
+    assert served[-1] == "plantstore_site.wsgi:application"
+    assert str(refused.value) == PAST_NGINX_S_WAIT
+
+
 @pytest.mark.parametrize("through_pgbouncer", [False, True], ids=["direct", "pgbouncer"])
 def test_lock_timeout_reaches_postgresql_directly_and_through_pgbouncer_and_statements_are_not_cut(
     pgbouncer, through_pgbouncer
