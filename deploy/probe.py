@@ -49,7 +49,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--wait", type=int, metavar="PID", help="probe until 200 while PID runs")
     parser.add_argument("--header", help="print this header of the 200 (empty when it has none)")
     args = parser.parse_args(argv)
-    env = with_env_file(os.environ)
+    try:
+        env = with_env_file(os.environ)
+    except RuntimeError as error:  # a settings file it cannot read as written
+        sys.stderr.write(f"probe: {error}\n")
+        return 1
     where = local_url(listen_address(env))  # where the unit listens, as deploy/serve.py says
     url, host = f"{where}{args.path}", probe_host(env.get("DJANGO_ALLOWED_HOSTS", ""))
     deadline = time.monotonic() + WAIT_S

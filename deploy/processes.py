@@ -12,6 +12,8 @@ from string import Template
 
 import environ
 
+from plantstore_site.env_file import problem as settings_file_problem
+
 # The checkout by the path it was configured by, not resolved: $PWD when it names it (as a shell
 # and make set it). Servers start from there, so a release switched by a symlink
 # is what the next app server (a reload) runs.
@@ -24,9 +26,12 @@ BIN = Path(sys.executable).parent  # the venv's scripts (granian…), by the con
 def with_env_file(env: dict) -> dict:
     """`env` with the lines of the file its DJANGO_ENV_FILE names beneath it (a variable set in both
     keeps env's value), as the settings read them: the unit's own settings (PLANTS_LISTEN,
-    DJANGO_ALLOWED_HOSTS for its probes, PLANTS_TRUSTED_PROXIES, ...) may be there too."""
+    DJANGO_ALLOWED_HOSTS for its probes, PLANTS_TRUSTED_PROXIES, ...) may be there too. A file that
+    cannot be read as written is a RuntimeError naming it (plantstore_site/env_file.py)."""
     if not env.get("DJANGO_ENV_FILE"):
         return dict(env)
+    if unreadable := settings_file_problem(env["DJANGO_ENV_FILE"]):
+        raise RuntimeError(f"DJANGO_ENV_FILE: {unreadable}")
 
     class FileEnv(environ.Env):
         ENVIRON = dict(env)

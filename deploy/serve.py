@@ -37,11 +37,11 @@ def main() -> int:
     signal.signal(signal.SIGINT, stop)
     # A closing terminal may send SIGHUP too: the loop below checks the terminal before any reload.
     signal.signal(signal.SIGHUP, lambda *_: asked.append("reload"))
-    env = with_env_file(started_with)
     try:
+        env = with_env_file(started_with)
         unit = Unit(listen_address(env), env, supervised=True, name="serve")
-    except RuntimeError as error:  # a setting it cannot serve with
-        say(f"serve: {error}")
+    except Exception as error:  # a settings file or a setting it cannot serve with
+        say(f"serve: {reason(error)}")
         return 1
     try:
         with under_way(busy, "start"):
@@ -57,8 +57,10 @@ def main() -> int:
                 try:
                     with under_way(busy, "reload"):
                         unit.reload(with_env_file(started_with))
-                except (RuntimeError, OSError) as error:  # it did not come up; it could not be started
-                    say(f"serve: the reload failed, the running version serves on: {error}")
+                except StopAsked:
+                    raise
+                except Exception as error:  # whatever broke it off, the running version is untouched
+                    say(f"serve: the reload failed, the running version serves on: {reason(error)}")
                 else:
                     say(f"serve: reloaded: the new app server on {unit.socket_path}, the old one finishing")
             if unit.retire():
@@ -87,6 +89,12 @@ def under_way(busy: list[str], what: str):
         yield
     finally:
         busy.clear()
+
+
+def reason(error: Exception) -> str:
+    """An error in one line: ours (RuntimeError) and the system's (OSError) say what failed; any other
+    is named by its type."""
+    return str(error) if isinstance(error, (RuntimeError, OSError)) else f"{type(error).__name__}: {error}"
 
 
 def say(line: str) -> None:

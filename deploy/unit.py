@@ -148,10 +148,13 @@ def nginx_command(run_dir: Path, conf: Path) -> list[str]:
 
 
 def check_nginx_conf(run_dir: Path, conf: Path, name: str) -> None:
-    """`nginx -t` on `conf`: RuntimeError naming what nginx refuses in it."""
-    check = subprocess.run(
-        [*nginx_command(run_dir, conf), "-t", "-q"], capture_output=True, text=True, timeout=NGINX_CHECK_S
-    )
+    """`nginx -t` on `conf`: RuntimeError naming what nginx refuses in it, or that it did not finish."""
+    try:
+        check = subprocess.run(
+            [*nginx_command(run_dir, conf), "-t", "-q"], capture_output=True, text=True, timeout=NGINX_CHECK_S
+        )
+    except subprocess.TimeoutExpired:  # a host name in it that it cannot look up, say
+        raise RuntimeError(f"{name}: nginx did not finish checking the new config within {NGINX_CHECK_S} s") from None
     if check.returncode != 0:
         raise RuntimeError(f"{name}: nginx refuses the new config: {check.stderr.strip()}")
 

@@ -18,11 +18,14 @@ from django.core.exceptions import ImproperlyConfigured
 from whitenoise.compress import Compressor
 
 from plants import timeouts
+from plantstore_site.env_file import problem as settings_file_problem
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
 if env_file := env.str("DJANGO_ENV_FILE", default=""):
+    if unreadable := settings_file_problem(env_file):
+        raise ImproperlyConfigured(f"DJANGO_ENV_FILE: {unreadable}")
     environ.Env.read_env(env_file)
 
 # django-environ reads every word it does not know as false: a typo in a security setting must stop
@@ -72,6 +75,16 @@ elif not SECRET_KEY:
     SECRET_KEY = "insecure-development-only-key"  # only ever used with DJANGO_DEBUG=1
 
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", cast=str.strip, default=["localhost", "127.0.0.1", "[::1]"])
+# A client sends an international host name in its IDNA form (xn--...): written otherwise, it would match
+# no request, and the unit's probes could not send it.
+if unicode_host := next((name for name in ALLOWED_HOSTS if not name.isascii()), None):
+    try:
+        idna = repr(unicode_host.encode("idna").decode("ascii"))
+    except UnicodeError:
+        idna = "xn--..."
+    raise ImproperlyConfigured(
+        f"DJANGO_ALLOWED_HOSTS: {unicode_host!r} is not ASCII; write it as clients send it, in its IDNA form: {idna}"
+    )
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", cast=str.strip, default=[])
 
 INSTALLED_APPS = [

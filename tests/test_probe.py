@@ -77,3 +77,17 @@ def test_waiting_the_probe_gives_up_as_soon_as_the_server_it_waits_for_has_exite
         "probe: /livez on http://127.0.0.1:1: no answer (its server exited)\n",
     )
     assert took < 30  # it asks while the server runs (1 s), then stops; the wait's own bound is 90 s
+
+
+def test_a_settings_file_the_probe_cannot_read_as_written_fails_it_in_one_line_naming_the_line(tmp_path):
+    env_file = tmp_path / "plantstore.env"
+    env_file.write_text("PLANTS_LISTEN = 127.0.0.1:8000\n")  # systemd would read it; the probe would not
+    clean = {k: v for k, v in os.environ.items() if k not in ("PLANTS_LISTEN", "PORT")}
+    command = [sys.executable, "-m", "deploy.probe", "/livez"]
+
+    failed = subprocess.run(command, cwd=ROOT, env={**clean, "DJANGO_ENV_FILE": str(env_file)}, capture_output=True)
+
+    assert (failed.returncode, failed.stderr.decode()) == (
+        1,
+        f"probe: DJANGO_ENV_FILE: {env_file}, line 1 (PLANTS_LISTEN), is not NAME=value: no space before the name or around =\n",
+    )

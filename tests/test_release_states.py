@@ -12,7 +12,7 @@ import time
 import pytest
 
 from deploy.processes import wait_until
-from tests.installed_unit import REFUSED_KEY, RELEASE, Deployed
+from tests.installed_unit import ENV_FILE, REFUSED_KEY, RELEASE, Deployed
 from tests.live import PUBLIC_HOST, request
 
 # One host per module, as tests/test_systemd_host.py's, beside which it runs (another process).
@@ -138,6 +138,26 @@ def test_a_release_whose_units_differ_from_the_installed_ones_stops_before_any_c
         " /etc/systemd/system/ && systemctl daemon-reload\n",
     )
     assert (unchanged, released) == ((serving, workers), 0)
+
+
+def test_a_release_with_a_settings_line_systemd_reads_and_the_unit_s_other_readers_do_not_changes_nothing(deployed):
+    """`NAME = value`: systemd's EnvironmentFile= reads it for the slot, the edge file's copy, the probes
+    and manage.py would not (nginx would serve /admin to every client)."""
+    serving, workers = deployed.serving()
+    line = len(deployed.host.run(f"cat {ENV_FILE}").stdout.splitlines()) + 1
+    deployed.host.run(f"echo 'PLANTS_ADMIN_CLIENTS = 10.0.1.0/24' >>{ENV_FILE}")
+    try:
+        refused = deployed.release(check=False)
+        unchanged = deployed.serving()
+    finally:
+        deployed.host.run(f"sed -i '/^PLANTS_ADMIN_CLIENTS = /d' {ENV_FILE}")
+
+    assert (refused.returncode, refused.stderr) == (
+        1,
+        f"plantstore-release: {ENV_FILE}, line {line} (PLANTS_ADMIN_CLIENTS), is not NAME=value: no space before the"
+        " name or around =; nothing was changed\n",
+    )
+    assert unchanged == (serving, workers)
 
 
 def test_after_a_failed_release_the_host_restarts_with_what_served_and_counts_on(deployed):

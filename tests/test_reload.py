@@ -239,6 +239,32 @@ def test_a_reload_nginx_does_not_take_fails_and_the_running_version_serves_on(tm
     assert (retired, state, app_servers) == ([False] * 3, (app, ["app.0.sock"]), [app])
 
 
+def test_a_reload_whose_config_check_does_not_finish_fails_and_the_running_version_serves_on(tmp_path, monkeypatch):
+    unit = unit_without_database(tmp_path)
+    try:
+        app, nginx = unit.app.process.pid, unit.nginx.process.pid
+        nginx_workers = children(nginx)
+        # `nginx -t` waits on a name server that does not answer (a host name in its config): it hangs.
+        hanging = tmp_path / "bin"
+        hanging.mkdir()
+        (hanging / "nginx").write_text(
+            f'#!/bin/sh\ncase " $* " in *" -t "*) exec sleep 60;; esac\nexec {shutil.which("nginx")} "$@"\n'
+        )
+        (hanging / "nginx").chmod(0o755)
+        monkeypatch.setenv("PATH", f"{hanging}:{os.environ['PATH']}")
+        monkeypatch.setattr("deploy.unit.NGINX_CHECK_S", 2)
+        with pytest.raises(RuntimeError, match="nginx did not finish checking the new config within 2 s"):
+            unit.reload()
+        liveness = request(f"{unit.url}/livez")
+        state = (unit.app.process.pid, children(nginx), sorted(path.name for path in unit.run_dir.glob("*.sock")))
+        app_servers = granian_children(os.getpid())
+    finally:
+        unit.stop()
+
+    assert (liveness[0], liveness[2]) == (200, '{"status": "ok"}')
+    assert (state, app_servers) == ((app, nginx_workers, ["app.0.sock"]), [app])
+
+
 def test_a_reload_whose_new_version_fails_to_start_leaves_the_running_one_serving(tmp_path):
     # The settings module is the version's code: valid at the start, broken by the "deploy" below.
     code = tmp_path / "code"
@@ -265,28 +291,52 @@ def test_a_reload_whose_new_version_fails_to_start_leaves_the_running_one_servin
     assert "the new version is broken" in served.log()
 
 
-@pytest.mark.parametrize(
-    ("setting", "refused_because"),
-    [
-        ("APP_THREADS=four", "APP_THREADS must be a whole number, not 'four'"),
-        ("PLANTS_DATABASE_TIMEOUT_S=20", "PLANTS_DATABASE_TIMEOUT_S is 20: a request could take 30 s"),
-    ],
-    ids=["not-a-number", "past-nginx-s-wait"],
-)
-def test_a_reload_with_a_setting_the_app_server_cannot_serve_fails_naming_it_and_the_running_version_serves_on(
-    tmp_path, setting, refused_because
+# The operator's edits of the settings file, each a reload cannot serve with: the file's text, edited
+# (None: the file moved away).
+EDITS = {
+    "not-a-number": (
+        lambda text: text.replace("APP_THREADS=4", "APP_THREADS=four").encode(),
+        "APP_THREADS must be a whole number, not 'four'",
+    ),
+    "past-nginx-s-wait": (
+        lambda text: text.replace("PLANTS_DATABASE_TIMEOUT_S=5", "PLANTS_DATABASE_TIMEOUT_S=20").encode(),
+        "PLANTS_DATABASE_TIMEOUT_S is 20: a request could take 30 s",
+    ),
+    "file-moved-away": (
+        lambda text: None,
+        "DJANGO_ENV_FILE: {file} cannot be read (No such file or directory)",
+    ),
+    "not-utf-8": (
+        lambda text: (text + "# Réseau des bureaux\n").encode("latin-1"),
+        "DJANGO_ENV_FILE: {file}, line 3, is not UTF-8",
+    ),
+    # systemd's EnvironmentFile= reads it; django-environ would skip it, and serve /admin to every client.
+    "spaces-around-equals": (
+        lambda text: (text + "PLANTS_ADMIN_CLIENTS = 127.0.0.5\n").encode(),
+        "DJANGO_ENV_FILE: {file}, line 3 (PLANTS_ADMIN_CLIENTS), is not NAME=value",
+    ),
+}
+
+
+@pytest.mark.parametrize("edit", EDITS)
+def test_a_reload_with_settings_the_new_version_cannot_serve_with_fails_naming_why_and_the_running_version_serves_on(
+    tmp_path, edit
 ):
     # The settings a reload reads anew: those of the file, not of make serve's environment.
     served, settings_file = MakeServe(tmp_path), tmp_path / "plantstore.env"
     in_the_file = {name: served.env.pop(name) for name in ("APP_THREADS", "PLANTS_DATABASE_TIMEOUT_S")}
     settings_file.write_text("".join(f"{name}={value}\n" for name, value in in_the_file.items()))
     served.env["DJANGO_ENV_FILE"] = str(settings_file)
+    edited, refused_because = EDITS[edit]
     served.start()
     try:
         token = served.token()
         app = {served.pid_of(b"bin/granian"), *served.app_workers()}
-        name = setting.partition("=")[0]  # the operator's edit, then `kill -HUP` (systemctl reload)
-        settings_file.write_text(settings_file.read_text().replace(f"{name}={in_the_file[name]}", setting))
+        # The operator's edit, then `kill -HUP` (systemctl reload).
+        if (content := edited(settings_file.read_text())) is None:
+            settings_file.rename(tmp_path / "plantstore.env.moved")
+        else:
+            settings_file.write_bytes(content)
 
         os.kill(served.pid_of(b"deploy.serve"), signal.SIGHUP)
         wait_until(lambda: "serve: the reload failed" in served.log(), served.process, 30, "the failed reload")
@@ -298,7 +348,8 @@ def test_a_reload_with_a_setting_the_app_server_cannot_serve_fails_naming_it_and
 
     assert (created[0], created[2]) == (200, '{"id":1,"name":"Fern"}')
     assert (serving, still_serving) == (True, app)
-    assert f"serve: the reload failed, the running version serves on: {refused_because}" in served.log()
+    reason = refused_because.format(file=settings_file)
+    assert f"serve: the reload failed, the running version serves on: {reason}" in served.log()
 
 
 # A version whose app takes minutes to load (a cold disk, a slow import): its start or reload is under way.

@@ -278,6 +278,53 @@ def test_settings_in_the_env_file_django_env_file_names_are_read_below_the_envir
     assert environment_wins.returncode == 0, environment_wins.stderr
 
 
+SECRET_IN_THE_FILE = "from-the-file-" + "s" * 40
+
+
+@pytest.mark.parametrize(
+    ("content", "refused_because"),
+    [
+        (None, " cannot be read (No such file or directory)"),
+        (f"DJANGO_SECRET_KEY={SECRET_IN_THE_FILE}\n# r\xe9seau\n".encode("latin-1"), ", line 2, is not UTF-8"),
+        (
+            f"DJANGO_SECRET_KEY = {SECRET_IN_THE_FILE}\n".encode(),
+            ", line 1 (DJANGO_SECRET_KEY), is not NAME=value: no space before the name or around =",
+        ),
+        (
+            f"  PLANTS_ADMIN_CLIENTS=10.0.1.0/24\n{SECRET_IN_THE_FILE}\n".encode(),
+            ", line 1 (PLANTS_ADMIN_CLIENTS), is not",
+        ),
+        (
+            f"\n# a comment\nDJANGO_SECRET_KEY={SECRET_IN_THE_FILE}\n{SECRET_IN_THE_FILE}\n".encode(),
+            ", line 4, is not NAME=value, a # comment or blank",
+        ),
+    ],
+    ids=["missing", "not-utf-8", "spaces-around-equals", "indented", "not-a-setting"],
+)
+def test_a_settings_file_read_otherwise_than_as_written_stops_the_start_naming_its_line_never_its_value(
+    tmp_path, content, refused_because
+):
+    env_file = tmp_path / "plantstore.env"
+    if content is not None:
+        env_file.write_bytes(content)
+
+    result = manage_check(DJANGO_ENV_FILE=str(env_file), DJANGO_SECRET_KEY=SECRET_KEY)
+
+    assert result.returncode != 0
+    assert f"ImproperlyConfigured: DJANGO_ENV_FILE: {env_file}{refused_because}" in result.stderr
+    assert SECRET_IN_THE_FILE not in result.stderr + result.stdout
+
+
+def test_an_allowed_host_that_is_not_ascii_stops_the_start_naming_its_idna_form():
+    result = manage_check(DJANGO_SECRET_KEY=SECRET_KEY, DJANGO_ALLOWED_HOSTS="bücher.example")
+
+    assert result.returncode != 0
+    assert (
+        "DJANGO_ALLOWED_HOSTS: 'bücher.example' is not ASCII; write it as clients send it, in its IDNA form: "
+        "'xn--bcher-kva.example'"
+    ) in result.stderr
+
+
 @pytest.mark.live
 def test_no_setting_and_no_http_variable_of_the_unit_s_environment_reaches_request_meta(production_unit):
     metrics_token = "metrics-" + "m" * 40
