@@ -51,10 +51,10 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         env = with_env_file(os.environ)
-    except RuntimeError as error:  # a settings file it cannot read as written
+        where = local_url(listen_address(env))  # where the unit listens, as deploy/serve.py says
+    except RuntimeError as error:  # a settings file it cannot read as written, an address without a port
         sys.stderr.write(f"probe: {error}\n")
         return 1
-    where = local_url(listen_address(env))  # where the unit listens, as deploy/serve.py says
     url, host = f"{where}{args.path}", probe_host(env.get("DJANGO_ALLOWED_HOSTS", ""))
     deadline = time.monotonic() + WAIT_S
     while (status := (reply := http_answer(url, timeout=5, unix_socket=args.socket, host=host))[0]) != 200:

@@ -24,6 +24,7 @@ from deploy.processes import (
     ServerProcess,
     accepts_unix_connections,
     children,
+    http_answer,
     http_status,
     render,
     stop_all,
@@ -48,8 +49,15 @@ APP_START_S, APP_PROBE_S, NGINX_CHECK_S, NGINX_SWITCH_S = 60, 20, 15, 10
 
 
 def listen_address(env) -> str:
-    """Where the unit's nginx listens: PLANTS_LISTEN, else 127.0.0.1:$PORT (8000)."""
-    return env.get("PLANTS_LISTEN") or f"127.0.0.1:{env.get('PORT') or '8000'}"
+    """Where the unit's nginx listens: PLANTS_LISTEN, else 127.0.0.1:$PORT (8000); RuntimeError if no port ends it."""
+    listen = env.get("PLANTS_LISTEN") or f"127.0.0.1:{env.get('PORT') or '8000'}"
+    port = listen.rpartition(":")[2]
+    if not (port.isdecimal() and port.isascii() and 0 < int(port) < 65536):
+        name = "PLANTS_LISTEN" if env.get("PLANTS_LISTEN") else "PORT"
+        raise RuntimeError(
+            f"{name}: nginx would listen on {listen!r}, which does not end in a port (host:port, 0.0.0.0:8000)"
+        )
+    return listen
 
 
 def local_url(listen: str) -> str:
@@ -249,16 +257,22 @@ class Unit:
 
     def wait_ready(self, timeout: float = 60) -> None:
         """Wait until the app server answers /livez on its socket (its URLs and views load at the first
-        request) and nginx answers its own /livez. The database and Redis need not answer yet: till
+        request) and this unit's nginx answers /livez (another server on the port is not taken for it). The database and Redis need not answer yet: till
         they do, /healthz and the API answer 503 Error bodies, then it serves without a restart."""
 
         def ready() -> bool:
             if not self.app.running():
                 raise RuntimeError(f"{self.name}: the app server exited ({self.app.process.returncode})")
             app = http_status(f"{self.url}/livez", unix_socket=self.socket_path, host=self.probe_host)
-            return app == 200 and http_status(f"{self.url}/livez", host=self.probe_host) == 200
+            # This nginx, not another server that holds the port (this one then exits, unable to bind).
+            ours = http_answer(f"{self.url}/_edge/upstream", host=self.probe_host)[1].get("X-Upstream")
+            return (
+                app == 200
+                and ours == f"unix:{self.socket_path}"
+                and http_status(f"{self.url}/livez", host=self.probe_host) == 200
+            )
 
-        wait_until(ready, self.nginx.process, timeout, f"{self.name} on {self.url}")
+        wait_until(ready, self.nginx.process, timeout, f"{self.name}: nginx on {self.url}")
 
     def start(self, timeout: float = 60) -> "Unit":
         """launch() and wait_ready(); on any failure, Ctrl-C included, stop what was started."""

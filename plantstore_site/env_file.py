@@ -29,6 +29,8 @@ def problem(path: str) -> str | None:
     except UnicodeDecodeError as error:
         line = content[: error.start].count(b"\n") + 1
         return f"{path}, line {line}, is not UTF-8 (save the file as UTF-8)"
+    if text.startswith("\ufeff"):  # a byte order mark, which an editor may write first: line 1 would be skipped
+        return f"{path} begins with a byte order mark (save the file as UTF-8 without one)"
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip() or line.lstrip().startswith("#") or SETTING.match(line):
             continue

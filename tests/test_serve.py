@@ -4,11 +4,13 @@ tests/test_reload.py; its stops: tests/test_stop.py."""
 
 import gzip
 import http.client
+import http.server
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -28,6 +30,7 @@ from tests.live import (
     ProxiedConnection,
     opener,
     request,
+    start_make,
 )
 
 # make serve on a SQLite file of its own (tests/live.py: MakeServe), or on no reachable database.
@@ -147,8 +150,9 @@ def test_the_unit_s_own_settings_given_only_in_django_env_file_reach_its_listene
             {"PLANTS_ACCESS_LOG": "/var/log/plants-$host.log"},
             "PLANTS_ACCESS_LOG: '/var/log/plants-$host.log' holds '$'",
         ),
+        ({"PLANTS_LISTEN": "plants.example.com"}, "PLANTS_LISTEN: nginx would listen on 'plants.example.com', which"),
     ],
-    ids=["database-bound-past-nginx-s-wait", "access-log-nginx-cannot-take"],
+    ids=["database-bound-past-nginx-s-wait", "access-log-nginx-cannot-take", "listen-address-without-a-port"],
 )
 def test_a_start_with_a_setting_it_cannot_serve_with_is_refused_naming_it_before_any_server_starts(
     tmp_path, setting, refused_because
@@ -160,6 +164,31 @@ def test_a_start_with_a_setting_it_cannot_serve_with_is_refused_naming_it_before
     assert server.process.returncode == 2  # make's, for the recipe's exit 1
     assert f"\nserve: {refused_because}" in server.log()
     assert "Starting granian" not in server.log()
+
+
+def test_a_start_on_a_port_another_server_holds_fails_without_a_ready_line(tmp_path):
+    server = MakeServe(tmp_path)
+
+    class AnswersEverything(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # /livez and the rest: 200, as another unit or a stray server would
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    holder = http.server.HTTPServer(("127.0.0.1", server.port), AnswersEverything)
+    threading.Thread(target=holder.serve_forever, daemon=True).start()
+    try:
+        status = start_make("serve", server.env, server.log_path).wait(timeout=90)
+    finally:
+        holder.shutdown()
+        holder.server_close()
+
+    assert status == 2  # make's, for the recipe's exit 1
+    assert f"serve: nginx on {server.url}, the app server on" not in server.log()  # no ready line
+    assert f"bind() to 127.0.0.1:{server.port} failed (98: Address already in use)" in server.log()
+    assert f"serve: serve: nginx on {server.url}: the process exited (1)" in server.log()
 
 
 def test_a_rate_limit_store_down_at_start_does_not_stop_it_and_it_serves_uncounted_till_the_store_is_back(tmp_path):

@@ -298,8 +298,9 @@ SECRET_IN_THE_FILE = "from-the-file-" + "s" * 40
             f"\n# a comment\nDJANGO_SECRET_KEY={SECRET_IN_THE_FILE}\n{SECRET_IN_THE_FILE}\n".encode(),
             ", line 4, is not NAME=value, a # comment or blank",
         ),
+        (f"DJANGO_SECRET_KEY={SECRET_IN_THE_FILE}\n".encode("utf-8-sig"), " begins with a byte order mark"),
     ],
-    ids=["missing", "not-utf-8", "spaces-around-equals", "indented", "not-a-setting"],
+    ids=["missing", "not-utf-8", "spaces-around-equals", "indented", "not-a-setting", "byte-order-mark"],
 )
 def test_a_settings_file_read_otherwise_than_as_written_stops_the_start_naming_its_line_never_its_value(
     tmp_path, content, refused_because
