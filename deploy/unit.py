@@ -257,8 +257,9 @@ class Unit:
 
     def wait_ready(self, timeout: float = 60) -> None:
         """Wait until the app server answers /livez on its socket (its URLs and views load at the first
-        request) and this unit's nginx answers /livez (another server on the port is not taken for it). The database and Redis need not answer yet: till
-        they do, /healthz and the API answer 503 Error bodies, then it serves without a restart."""
+        request) and this unit's nginx answers /livez (another server on the port is not taken for it).
+        The database and Redis need not answer yet: till they do, /healthz and the API answer 503 Error
+        bodies, then it serves without a restart."""
 
         def ready() -> bool:
             if not self.app.running():
