@@ -51,6 +51,12 @@ class StrictCharField(serializers.CharField):
         return data
 
 
+def shown(key: str) -> str:
+    """A field name as the client sent it, but a lone surrogate (valid JSON, no UTF-8) escaped as `\\ud800`:
+    the answer names every unknown field, and must encode."""
+    return key.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class NewPlantSerializer(serializers.Serializer):
     """The create request: `{"id": 1, "name": "Monstera", "tag": "aroid"}`; unknown fields are refused."""
 
@@ -62,7 +68,9 @@ class NewPlantSerializer(serializers.Serializer):
 
     def to_internal_value(self, data):
         unknown = {
-            key: ["Unknown field; a NewPlant has only id, name and tag."] for key in data if key not in self.fields
+            shown(key): ["Unknown field; a NewPlant has only id, name and tag."]
+            for key in data
+            if key not in self.fields
         }
         try:
             values = super().to_internal_value(data)

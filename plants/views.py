@@ -27,6 +27,9 @@ class PlantViewSet(viewsets.GenericViewSet):
     """
 
     serializer_class = NewPlantSerializer
+    # POST alone: DRF's OPTIONS would answer 200 with its metadata (this docstring among it), which the
+    # contract does not name; every other method is a 405 whose Allow says POST.
+    http_method_names = ["post"]
 
     @create_plant_schema
     def create(self, request, *args, **kwargs):

@@ -107,6 +107,12 @@ def test_unknown_field_returns_400_naming_it(post_plant):
     assert_invalid(response, {"tga": ["Unknown field; a NewPlant has only id, name and tag."]})
 
 
+def test_unknown_field_named_by_a_lone_surrogate_returns_400_naming_it_escaped(post_plant):
+    response = post_plant('{"id": 1, "name": "Rose", "\\ud800": 1}')
+
+    assert_invalid(response, {"\\ud800": ["Unknown field; a NewPlant has only id, name and tag."]})
+
+
 def test_unknown_field_is_reported_beside_other_field_errors(post_plant):
     response = post_plant({"id": "1", "name": "Rose", "colour": "red"})
 
