@@ -50,6 +50,16 @@ DATABASE_ERRORS = Counter(
     "Requests that failed on the database: unavailable (answered 503) or other (500).",
     ["kind"],
 )
+TOO_BUSY = Counter(
+    "plants_too_busy",
+    "Requests answered 503 too busy: they waited for an app server's thread past half the database bound.",
+)
+READINESS_FAILURES = Counter(
+    "plants_readiness_failures",
+    "Health checks (/healthz) answered 503, by the dependency that did not answer: behind a balancer "
+    "that has taken every app server out, no request reaches the app, and these alone go on failing.",
+    ["dependency"],
+)
 
 # Bound once, so counting costs one increment, and every series exists (at 0) from the first scrape.
 CREATE_OUTCOME = {outcome: CREATES.labels(outcome) for outcome in ("created", "retry", "duplicate")}
@@ -57,6 +67,11 @@ AUTH_FAILURE = {
     reason: AUTH_FAILURES.labels(reason) for reason in ("missing", "malformed", "unknown", "revoked", "expired")
 }
 DATABASE_ERROR = {kind: DATABASE_ERRORS.labels(kind) for kind in ("unavailable", "other")}
+# By the names /healthz gives them (plants/readiness.py).
+READINESS_FAILURE = {
+    "database": READINESS_FAILURES.labels("database"),
+    "rate-limit store": READINESS_FAILURES.labels("rate_limit_store"),
+}
 
 # Labels come only from these fixed sets and from the URL patterns, so no client can grow the series.
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -69,8 +84,8 @@ def route_label(pattern: str | None) -> str:
     return "(unmatched)" if pattern is None else "/" + pattern.removeprefix("^").removesuffix("$")
 
 
-def record_request(pattern: str | None, method: str, status: int, seconds: float) -> None:
-    """Count one answered request and observe its duration."""
+def request_series(pattern: str | None, method: str, status: int) -> tuple:
+    """The counter and the histogram of requests to `pattern` by `method` answered `status`, bound once."""
     key = (pattern, method, status)
     series = _request_series.get(key)
     if series is None:
@@ -80,8 +95,21 @@ def record_request(pattern: str | None, method: str, status: int, seconds: float
             REQUESTS.labels(route, method, str(status)),
             REQUEST_DURATION.labels(route, method),
         )
+    return series
+
+
+def record_request(pattern: str | None, method: str, status: int, seconds: float) -> None:
+    """Count one answered request and observe its duration."""
+    series = request_series(pattern, method, status)
     series[0].inc()
     series[1].observe(seconds)
+
+
+# The creates the objectives' alerts count (all, and the 5xx), at 0 from a server's first scrape:
+# Prometheus takes a series' first sample as its start, so one first seen at 3 (503s in the seconds
+# after a restart or a release, before the scrape) would have its 3 lost to rate() and the alerts.
+for status in (200, 500, 503):
+    request_series("^plants$", "POST", status)
 
 
 class RequestMetricsMiddleware:

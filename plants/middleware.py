@@ -8,7 +8,7 @@ import time
 
 from django.conf import settings
 
-from plants import timeouts, tracing
+from plants import metrics, timeouts, tracing
 from plants.clients import client_ip
 from plants.exceptions import ErrorCode, error_response
 
@@ -102,6 +102,7 @@ class QueueDeadlineMiddleware:
             return None
         if waited <= self.patience_s:
             return None
+        metrics.TOO_BUSY.inc()
         message = f"The service is too busy: the request waited {waited:.1f} s to be served; retry later."
         return error_response(ErrorCode.SERVICE_UNAVAILABLE, message, 503)
 

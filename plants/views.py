@@ -66,6 +66,8 @@ def health(request):
     if request.method not in ("GET", "HEAD"):
         return read_only(request)
     if unready := unready_dependencies():
+        for name in unready:
+            service_metrics.READINESS_FAILURE[name].inc()
         names = " and the ".join(unready)
         verb = "does" if len(unready) == 1 else "do"
         return error_response(ErrorCode.SERVICE_UNAVAILABLE, f"The {names} {verb} not answer.", 503)

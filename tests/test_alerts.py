@@ -135,6 +135,7 @@ def test_every_series_the_rules_select_is_one_the_service_exposes(api_client, se
         "plants_http_request_duration_seconds_count",
         "plants_http_request_duration_seconds_bucket",
         "plants_database_errors_total",
+        "plants_readiness_failures_total",
         "plants_rate_limit_uncounted_total",
     }
     assert unmatched == []

@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.test import Client
+from prometheus_client import REGISTRY
 
 from localcluster.processes import free_port
 from plants.readiness import OneAtATime
@@ -72,7 +73,10 @@ def test_health_is_503_while_redis_is_stopped_when_the_limits_fail_closed_and_li
     assert client.get("/healthz").json() == {"status": "ok"}
 
     redis_server.stop()
+    counted_before = REGISTRY.get_sample_value("plants_readiness_failures_total", {"dependency": "rate_limit_store"})
     assert_unready(client.get("/healthz"), "The rate-limit store does not answer.")
+    counted = REGISTRY.get_sample_value("plants_readiness_failures_total", {"dependency": "rate_limit_store"})
+    assert counted - counted_before == 1
     assert (client.get("/livez").status_code, client.get("/livez").json()) == (200, {"status": "ok"})
 
     redis_server.start()  # the same port: the service's client reconnects by itself
@@ -84,22 +88,29 @@ def test_health_is_503_while_redis_is_stopped_when_the_limits_fail_closed_and_li
 def test_health_names_both_dependencies_when_neither_answers(tmp_path):
     unreachable = f"postgres://nobody@{str(tmp_path / 'no-server').replace('/', '%2F')}/plantstore"
     no_redis = f"redis://127.0.0.1:{free_port()}/0"
+    metrics_token = "health-test-metrics-token-" + "m" * 16
     server = live_unit(
         tmp_path,
         DATABASE_URL=unreachable,
         REDIS_URL=no_redis,
         PLANTS_THROTTLE_RATE="10/minute",
         PLANTS_RATE_LIMIT_FAILURE_MODE="closed",
+        PLANTS_METRICS_TOKEN=metrics_token,
     )
     server.start()
     try:
         health, liveness = request(f"{server.url}/healthz"), request(f"{server.url}/livez")
+        health_again = request(f"{server.url}/healthz")
+        exposed = request(f"{server.url}/metrics", token=metrics_token)[2]
     finally:
         server.stop()
 
-    assert health[0] == 503
+    assert health[0] == health_again[0] == 503
     assert health[2] == '{"error": 50300, "message": "The database and the rate-limit store do not answer."}'
     assert (liveness[0], liveness[2]) == (200, '{"status": "ok"}')
+    # What the database's alert reads once a balancer has taken the unit out (no create reaches it).
+    assert 'plants_readiness_failures_total{dependency="database"} 2.0' in exposed.splitlines()
+    assert 'plants_readiness_failures_total{dependency="rate_limit_store"} 2.0' in exposed.splitlines()
 
 
 def blocked_check(answer: bool, release: threading.Event, started: threading.Event, runs: list):
