@@ -47,7 +47,8 @@ ERROR_CODE_DESCRIPTIONS = {
     ErrorCode.INVALID_FIELD: "A field is missing, unknown, of the wrong JSON type or out of bounds; "
     "`fields` names each one.",
     ErrorCode.DUPLICATE_ID: "A plant with this id exists with a different name or tag.",
-    ErrorCode.UNAUTHENTICATED: "No bearer token was sent (no Authorization header, or another scheme).",
+    ErrorCode.UNAUTHENTICATED: "No bearer token was sent (no Authorization header, or another scheme). "
+    "A header that is not ASCII reaches the service as none (the app server passes it on empty).",
     ErrorCode.INVALID_TOKEN: "The bearer token is unknown, expired or revoked.",
     ErrorCode.MALFORMED_CREDENTIALS: "The Authorization header says Bearer but not with exactly one token.",
     ErrorCode.FORBIDDEN: "The request is not allowed (e.g. a failed CSRF check in the admin).",
@@ -56,7 +57,8 @@ ERROR_CODE_DESCRIPTIONS = {
     ErrorCode.NOT_ACCEPTABLE: "The response cannot be given in a media type the Accept header allows.",
     ErrorCode.BODY_TOO_LARGE: "The body is larger than the service accepts.",
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: "The body is not sent as application/json.",
-    ErrorCode.THROTTLED: "Too many requests with this token; retry after the Retry-After header's seconds.",
+    ErrorCode.THROTTLED: "Too many requests with this token (or failed admin logins from this address); retry "
+    "after the Retry-After header's seconds.",
     ErrorCode.TOO_MANY_AUTHENTICATION_FAILURES: "Too many requests without a valid bearer token from this "
     "client address; they are refused until the Retry-After header's seconds have passed, while a valid token "
     "from it is served.",

@@ -167,6 +167,18 @@ def test_bearer_token_with_non_ascii_characters_returns_401_malformed(api_client
 
 
 @pytest.mark.live
+def test_a_bearer_token_with_non_ascii_bytes_reaches_the_app_as_no_header_through_the_app_server(production_unit):
+    server = production_unit()
+
+    # http.client sends the header's text as Latin-1: the token's é as the byte 0xE9. Granian passes a
+    # header value that is not ASCII on as empty: to the app, no token was sent (docs/api.md says so).
+    status, headers, text = request(f"{server.url}/plants", {"id": 1, "name": "Rose"}, token="plnt_caf\u00e9")
+
+    assert (status, headers["WWW-Authenticate"], json.loads(text)) == (401, CHALLENGE, NOT_PROVIDED)
+    assert not Plant.objects.exists()
+
+
+@pytest.mark.live
 def test_credentials_in_the_app_server_s_environment_are_not_a_request_s(production_unit, token):
     # Granian copies its environment into every request's WSGI environ: the unit starts it with none of its
     # settings (deploy/app_server.py), so an HTTP_* one cannot read as a header.

@@ -110,6 +110,16 @@ def test_json_with_charset_parameter_is_accepted(post_plant):
     assert list(Plant.objects.values_list("id", "name", "tag")) == [(1, "Rose", None)]
 
 
+def test_a_charset_other_than_utf_8_is_not_read_the_body_is_read_as_utf_8(post_plant):
+    named_latin_1 = "application/json; charset=latin-1"
+    as_utf_8 = post_plant('{"id": 1, "name": "Caf\u00e9"}'.encode(), content_type=named_latin_1)
+    as_latin_1 = post_plant('{"id": 2, "name": "Caf\u00e9"}'.encode("latin-1"), content_type=named_latin_1)
+
+    assert (as_utf_8.status_code, as_utf_8.json()) == (200, {"id": 1, "name": "Caf\u00e9"})
+    assert (as_latin_1.status_code, as_latin_1.json()["error"]) == (400, 40001)
+    assert list(Plant.objects.values_list("id", "name")) == [(1, "Caf\u00e9")]
+
+
 def test_body_over_the_cap_returns_413_and_stores_nothing(post_plant, settings):
     settings.PLANTS_MAX_BODY_BYTES = 4096
 

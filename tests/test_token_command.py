@@ -65,6 +65,15 @@ def test_revoke_revokes_every_active_token_of_the_name_only():
     assert sorted(ApiToken.objects.active().values_list("name", flat=True)) == ["other"]
 
 
+def test_revoke_finds_a_name_given_with_spaces_around_it_as_issue_stored_it():
+    run("issue", " ci ")
+
+    _, stderr = run("revoke", " ci ")
+
+    assert "Revoked 1 token(s) named 'ci'" in stderr
+    assert not ApiToken.objects.active().exists()
+
+
 def test_revoke_leaves_tokens_revoked_earlier_as_they_were():
     run("issue", "ci")
     run("revoke", "ci")

@@ -38,6 +38,7 @@ class Command(BaseCommand):
         self.stdout.write(secret)
 
     def handle_revoke(self, *, name: str, **options):
+        name = name.strip()  # as issue stores it
         revoked = tokens_revoke(tokens=ApiToken.objects.filter(name=name))
         if not revoked:
             raise CommandError(f"No active token named {name!r}.")
