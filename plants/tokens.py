@@ -1,4 +1,4 @@
-"""Bearer token secrets: how they are made and how they are digested for storage."""
+"""Bearer token secrets: how they are made and how they are digested for storage; the metrics token's setting."""
 
 import hashlib
 import secrets
@@ -19,3 +19,8 @@ def generate_token() -> str:
 def token_digest(token: str) -> str:
     """SHA-256 of the secret. Tokens are 256-bit random, so a fast hash is safe to store."""
     return hashlib.sha256(token.encode()).hexdigest()
+
+
+def metrics_tokens(setting: str) -> list[str]:
+    """PLANTS_METRICS_TOKEN's tokens: one, or two (comma-separated) while one is rotated."""
+    return [token.strip() for token in setting.split(",") if token.strip()]

@@ -17,6 +17,7 @@ from plants.readiness import unready_dependencies
 from plants.schema import create_plant_schema
 from plants.serializers import NewPlantSerializer, PlantSerializer
 from plants.throttling import add_rate_limit_headers
+from plants.tokens import metrics_tokens
 
 
 class PlantViewSet(viewsets.GenericViewSet):
@@ -87,16 +88,19 @@ def metrics(request):
     """GET /metrics for Prometheus, behind its own bearer token (PLANTS_METRICS_TOKEN); 404 while unset.
 
     Authorization: Bearer <PLANTS_METRICS_TOKEN>
+
+    While one is rotated, the setting holds two, comma-separated, and either is taken.
     """
-    expected = settings.PLANTS_METRICS_TOKEN
-    if not expected:
+    accepted = metrics_tokens(settings.PLANTS_METRICS_TOKEN)
+    if not accepted:
         return page_not_found(request)
     scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not credentials.strip():
         response = error_response(ErrorCode.UNAUTHENTICATED, "Send the metrics token as a bearer token.", 401)
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return response
-    if not hmac.compare_digest(credentials.strip().encode(), expected.encode()):
+    sent = credentials.strip().encode()
+    if not any([hmac.compare_digest(sent, token.encode()) for token in accepted]):  # each compared, always
         response = error_response(ErrorCode.INVALID_TOKEN, "The metrics token is not valid.", 401)
         response["WWW-Authenticate"] = 'Bearer realm="metrics", error="invalid_token"'
         return response

@@ -18,6 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 from whitenoise.compress import Compressor
 
 from plants import timeouts
+from plants.tokens import metrics_tokens
 from plantstore_site.env_file import problem as settings_file_problem
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -279,12 +280,17 @@ if REDIS_URL:
         "KEY_PREFIX": "plants:rate",
         "OPTIONS": timeouts.redis_options(),
     }
-# /metrics answers only requests bearing this token (Prometheus' `authorization` setting); unset, it is a 404.
+# /metrics answers only requests bearing this token (Prometheus' `authorization` setting); unset, it is a
+# 404. While it is rotated, two, comma-separated: the new one and the old (docs/operating.md).
 PLANTS_METRICS_TOKEN = env.str("PLANTS_METRICS_TOKEN", default="")
 GENERATE_METRICS_TOKEN = 'generate one with: python -c "import secrets; print(secrets.token_urlsafe(32))"'
-if PLANTS_METRICS_TOKEN and len(PLANTS_METRICS_TOKEN) < 32:
-    raise ImproperlyConfigured(f"PLANTS_METRICS_TOKEN must be at least 32 characters; {GENERATE_METRICS_TOKEN}")
-if PLANTS_METRICS_TOKEN.startswith(PLACEHOLDER_PREFIX) and not DEBUG:
+metrics_token_list = metrics_tokens(PLANTS_METRICS_TOKEN)
+if len(metrics_token_list) > 2 or any(len(token) < 32 for token in metrics_token_list):
+    raise ImproperlyConfigured(
+        "PLANTS_METRICS_TOKEN must be one token of at least 32 characters (two, comma-separated, while one is "
+        f"rotated); {GENERATE_METRICS_TOKEN}"
+    )
+if any(token.startswith(PLACEHOLDER_PREFIX) for token in metrics_token_list) and not DEBUG:
     raise ImproperlyConfigured(f"PLANTS_METRICS_TOKEN is still .env.example's placeholder; {GENERATE_METRICS_TOKEN}")
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024  # admin forms; the API has its own, smaller cap
 

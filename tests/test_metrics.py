@@ -75,6 +75,18 @@ def test_metrics_with_another_token_returns_401_invalid_token(api_client, settin
     assert response["WWW-Authenticate"] == 'Bearer realm="metrics", error="invalid_token"'
 
 
+def test_while_the_metrics_token_is_rotated_the_new_one_and_the_old_are_taken_and_no_other(api_client, settings):
+    new_token = "metrics-new-" + "n" * 40
+    settings.PLANTS_METRICS_TOKEN = f"{new_token}, {METRICS_TOKEN}"  # the new one, then the old
+
+    answers = [
+        get_metrics(api_client, f"Bearer {token}") for token in (new_token, METRICS_TOKEN, "metrics-" + "o" * 40)
+    ]
+
+    assert [answer.status_code for answer in answers] == [200, 200, 401]
+    assert answers[2].json() == {"error": 40101, "message": "The metrics token is not valid."}
+
+
 def test_metrics_over_plain_http_are_answered_where_the_api_is_redirected_to_https(api_client, settings):
     # Prometheus scrapes each app server from inside, over plain HTTP, as health checks come.
     settings.PLANTS_METRICS_TOKEN = METRICS_TOKEN

@@ -316,6 +316,20 @@ def test_a_settings_file_read_otherwise_than_as_written_stops_the_start_naming_i
     assert SECRET_IN_THE_FILE not in result.stderr + result.stdout
 
 
+@pytest.mark.parametrize(
+    "metrics_token",
+    ["short-metrics-token", f"{'a' * 40},{'b' * 40},{'c' * 40}", f"{'a' * 40},short"],
+    ids=["short", "three", "one-of-two-short"],
+)
+def test_a_metrics_token_setting_other_than_one_or_two_long_tokens_stops_the_start(metrics_token):
+    result = manage_check(DJANGO_SECRET_KEY=SECRET_KEY, PLANTS_METRICS_TOKEN=metrics_token)
+
+    assert result.returncode != 0
+    assert (
+        "PLANTS_METRICS_TOKEN must be one token of at least 32 characters (two, comma-separated, while one is rotated)"
+    ) in result.stderr
+
+
 def test_an_allowed_host_that_is_not_ascii_stops_the_start_naming_its_idna_form():
     result = manage_check(DJANGO_SECRET_KEY=SECRET_KEY, DJANGO_ALLOWED_HOSTS="bücher.example")
 
