@@ -34,7 +34,7 @@ ERROR_SUMMARIES = {
     415: "The body is not application/json.",
     429: "Too many requests with this token, or without a valid token from this address.",
     500: "An unexpected error in the service.",
-    503: "The database or the rate-limit store cannot be reached.",
+    503: "The database or the rate-limit store cannot be reached, or the request waited too long to be served.",
 }
 
 # The answers that passed through the throttle carry both (draft-ietf-httpapi-ratelimit-headers-10).
