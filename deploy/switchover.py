@@ -185,8 +185,15 @@ def switchover(monitor: str, user: str, dbname: str, formation: str = "default",
         raise
     wait_until_switched(monitor, formation, group, standby)
     # The fence stays in the old primary's postgresql.auto.conf (pg_rewind leaves the file when no
-    # rewind is needed), and not every promotion pg_auto_failover makes sets the setting anew.
-    unfence(primary, timeout=30)
+    # rewind is needed), and not every promotion pg_auto_failover makes sets the setting anew: left
+    # there, a later failover back to it would promote a server that refuses every write.
+    try:
+        unfence(primary, timeout=30)
+    except psycopg.Error as error:
+        raise NotSwitched(
+            f"switched over: {standby} is the primary, but the old primary's fence could not be lifted ({error});"
+            f" before it can be the primary again, on it: {UNFENCE}"
+        ) from error
     return standby
 
 
