@@ -35,7 +35,6 @@ FOLDER = "/var/tmp/operator-docs"  # the pages as the runner reads them, its plu
 CHECKOUT = "/root/plantstore"  # the README's developer's checkout, where `make run` serves
 # Loaded by bash before each block (BASH_ENV), then unset, so that the scripts a block runs start as usual.
 ERREXIT = "set -e -o pipefail\nunset BASH_ENV\n"
-END = "END-OF-PLANTSTORE-PAGE"  # the here-documents' delimiter, in no page
 SKIP_MARK = re.compile(r'^\s*<!--\s*pytest\.mark\.skip\(reason="([^"]*)"\)\s*-->\s*$', re.MULTILINE)
 
 
@@ -55,17 +54,19 @@ class OperatorDocs:
 
     def install(self) -> "OperatorDocs":
         """The runner's venv; its BASH_ENV file, its conftest and the pages with `<this repository>`
-        replaced, each written by a here-document of one script."""
+        replaced, each sent on its own standard input (together they pass the kernel's 128 KiB bound
+        on one argument)."""
         files = {
             "errexit.bash": ERREXIT,
             "conftest.py": (ROOT / "tests" / "operator_docs_plugin.py").read_text(),
             **{name: page.read_text().replace(PLACEHOLDER, REPOSITORY) for name, page in PAGES.items()},
         }
-        written = "".join(f"cat >{FOLDER}/{name} <<'{END}'\n{text}{END}\n" for name, text in files.items())
         self.host.run(
             f"python3 -m venv {RUNNER} && {RUNNER}/bin/pip install -q -r {REPOSITORY}/tests/requirements-docs.txt"
-            f" && install -d -m 700 {FOLDER}\n{written}"
+            f" && install -d -m 700 {FOLDER}"
         )
+        for name, text in files.items():
+            self.host.run(f"cat >{FOLDER}/{name}", input=text)
         return self
 
     def collected(self) -> list[str]:
