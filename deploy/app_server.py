@@ -8,7 +8,7 @@ import math
 import os
 
 from deploy.processes import BIN
-from plants.timeouts import DEFAULT_DATABASE_TIMEOUT_S, QUEUE_PATIENCE_OF_BOUND
+from plants.timeouts import DEFAULT_DATABASE_TIMEOUT_S, QUEUE_PATIENCE_OF_BOUND, REDIS_TIMEOUT_S
 
 # Every setting and its default; the unit's environment may set each.
 SETTINGS = {"APP_PROCESSES": str(os.cpu_count() or 1), "APP_THREADS": "4"}
@@ -37,12 +37,18 @@ def setting(env: dict, name: str, default: str | None = None) -> int:
         raise RuntimeError(f"{name} must be a whole number, not {value!r}") from None
 
 
+def longest_answer_s(bound: int) -> int:
+    """The longest a request can take from nginx to its answer with the database bound `bound`
+    (plants/timeouts.py): its wait for a thread (half the bound), then its wait on the database (the
+    bound) and on a silent Redis (a connect and an answer, when the limits fail open), whole seconds up."""
+    return math.ceil((1 + QUEUE_PATIENCE_OF_BOUND) * bound + 2 * REDIS_TIMEOUT_S)
+
+
 def check_database_timeout(env: dict) -> None:
-    """The app answers every request within 1.5 × PLANTS_DATABASE_TIMEOUT_S of its reaching nginx
-    (plants/timeouts.py): a bound whose answers nginx would cut off first is refused for serving."""
+    """A database bound whose answers nginx would cut off first is refused for serving."""
     bound = setting(env, "PLANTS_DATABASE_TIMEOUT_S", str(DEFAULT_DATABASE_TIMEOUT_S))
-    if (longest := math.ceil((1 + QUEUE_PATIENCE_OF_BOUND) * bound)) >= NGINX_READ_TIMEOUT_S:
-        largest = math.ceil(NGINX_READ_TIMEOUT_S / (1 + QUEUE_PATIENCE_OF_BOUND)) - 1
+    if (longest := longest_answer_s(bound)) >= NGINX_READ_TIMEOUT_S:
+        largest = max(t for t in range(1, NGINX_READ_TIMEOUT_S) if longest_answer_s(t) < NGINX_READ_TIMEOUT_S)
         raise RuntimeError(
             f"PLANTS_DATABASE_TIMEOUT_S is {bound}: a request could take {longest} s, and nginx answers 503 "
             f"after {NGINX_READ_TIMEOUT_S} s while the app may still store it; at most {largest} to serve "

@@ -71,8 +71,8 @@ def main() -> int:
     except StopAsked:  # start() and reload() have stopped what they were starting
         say("serve: stopping gracefully, during a start or a reload")
         return 0
-    except RuntimeError as error:
-        say(f"serve: {error}")
+    except Exception as error:  # it did not come up (ours), or could not be started (nginx missing, say)
+        say(f"serve: {reason(error)}")
         return 1
     finally:
         unit.stop()

@@ -42,7 +42,7 @@ ATTEMPTS = 3
 
 
 class NotSwitched(Exception):
-    """Why the pair was not switched over, for the operator."""
+    """Why the pair was not switched over, or was but its last step failed, for the operator."""
 
 
 def nodes(monitor: str, formation: str, group: int) -> list[tuple[str, str, int, str, str]]:

@@ -52,7 +52,8 @@ DATABASE_ERRORS = Counter(
 )
 TOO_BUSY = Counter(
     "plants_too_busy",
-    "Requests answered 503 too busy: they waited for an app server's thread past half the database bound.",
+    "Requests answered 503 too busy, by route: they waited for an app server's thread past half the database bound.",
+    ["route"],
 )
 READINESS_FAILURES = Counter(
     "plants_readiness_failures",
@@ -67,11 +68,8 @@ AUTH_FAILURE = {
     reason: AUTH_FAILURES.labels(reason) for reason in ("missing", "malformed", "unknown", "revoked", "expired")
 }
 DATABASE_ERROR = {kind: DATABASE_ERRORS.labels(kind) for kind in ("unavailable", "other")}
-# By the names /healthz gives them (plants/readiness.py).
-READINESS_FAILURE = {
-    "database": READINESS_FAILURES.labels("database"),
-    "rate-limit store": READINESS_FAILURES.labels("rate_limit_store"),
-}
+# The create's, at 0 from the start (as its requests' below); another route's when first refused.
+TOO_BUSY.labels("/plants")
 
 # Labels come only from these fixed sets and from the URL patterns, so no client can grow the series.
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -104,6 +102,14 @@ def record_request(pattern: str | None, method: str, status: int, seconds: float
     series[0].inc()
     series[1].observe(seconds)
 
+
+def readiness_failed(dependency: str) -> None:
+    """Count a /healthz 503 against `dependency`, as /healthz names it ("rate-limit store": rate_limit_store)."""
+    READINESS_FAILURES.labels(dependency.replace("-", "_").replace(" ", "_")).inc()
+
+
+for dependency in ("database", "rate_limit_store"):  # at 0 from the start: the alerts read their increase
+    READINESS_FAILURES.labels(dependency)
 
 # The creates the objectives' alerts count (all, and the 5xx), at 0 from a server's first scrape:
 # Prometheus takes a series' first sample as its start, so one first seen at 3 (503s in the seconds

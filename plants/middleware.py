@@ -102,7 +102,7 @@ class QueueDeadlineMiddleware:
             return None
         if waited <= self.patience_s:
             return None
-        metrics.TOO_BUSY.inc()
+        metrics.TOO_BUSY.labels(metrics.route_label(request.resolver_match.route)).inc()
         message = f"The service is too busy: the request waited {waited:.1f} s to be served; retry later."
         return error_response(ErrorCode.SERVICE_UNAVAILABLE, message, 503)
 

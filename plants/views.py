@@ -68,7 +68,7 @@ def health(request):
         return read_only(request)
     if unready := unready_dependencies():
         for name in unready:
-            service_metrics.READINESS_FAILURE[name].inc()
+            service_metrics.readiness_failed(name)
         names = " and the ".join(unready)
         verb = "does" if len(unready) == 1 else "do"
         return error_response(ErrorCode.SERVICE_UNAVAILABLE, f"The {names} {verb} not answer.", 503)

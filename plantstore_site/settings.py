@@ -79,12 +79,9 @@ ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", cast=str.strip, default=["local
 # A client sends an international host name in its IDNA form (xn--...): written otherwise, it would match
 # no request, and the unit's probes could not send it.
 if unicode_host := next((name for name in ALLOWED_HOSTS if not name.isascii()), None):
-    try:
-        idna = repr(unicode_host.encode("idna").decode("ascii"))
-    except UnicodeError:
-        idna = "xn--..."
     raise ImproperlyConfigured(
-        f"DJANGO_ALLOWED_HOSTS: {unicode_host!r} is not ASCII; write it as clients send it, in its IDNA form: {idna}"
+        f"DJANGO_ALLOWED_HOSTS: {unicode_host!r} is not ASCII; write it as clients send it, in its IDNA form "
+        "(each label not in ASCII as xn--…, e.g. bücher.example as xn--bcher-kva.example)"
     )
 CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", cast=str.strip, default=[])
 
@@ -285,7 +282,9 @@ if REDIS_URL:
 PLANTS_METRICS_TOKEN = env.str("PLANTS_METRICS_TOKEN", default="")
 GENERATE_METRICS_TOKEN = 'generate one with: python -c "import secrets; print(secrets.token_urlsafe(32))"'
 metrics_token_list = metrics_tokens(PLANTS_METRICS_TOKEN)
-if len(metrics_token_list) > 2 or any(len(token) < 32 for token in metrics_token_list):
+if PLANTS_METRICS_TOKEN.strip() and (
+    not metrics_token_list or len(metrics_token_list) > 2 or any(len(token) < 32 for token in metrics_token_list)
+):
     raise ImproperlyConfigured(
         "PLANTS_METRICS_TOKEN must be one token of at least 32 characters (two, comma-separated, while one is "
         f"rotated); {GENERATE_METRICS_TOKEN}"

@@ -300,7 +300,7 @@ EDITS = {
     ),
     "past-nginx-s-wait": (
         lambda text: text.replace("PLANTS_DATABASE_TIMEOUT_S=5", "PLANTS_DATABASE_TIMEOUT_S=20").encode(),
-        "PLANTS_DATABASE_TIMEOUT_S is 20: a request could take 30 s",
+        "PLANTS_DATABASE_TIMEOUT_S is 20: a request could take 34 s",
     ),
     "file-moved-away": (
         lambda text: None,

@@ -299,8 +299,26 @@ SECRET_IN_THE_FILE = "from-the-file-" + "s" * 40
             ", line 4, is not NAME=value, a # comment or blank",
         ),
         (f"DJANGO_SECRET_KEY={SECRET_IN_THE_FILE}\n".encode("utf-8-sig"), " begins with a byte order mark"),
+        # systemd would read `export PLANTS_ADMIN_CLIENTS` as the name, and join the next line to a backslash.
+        (
+            f"export PLANTS_ADMIN_CLIENTS={SECRET_IN_THE_FILE}\n".encode(),
+            ", line 1 (PLANTS_ADMIN_CLIENTS), is not NAME=value: no export before the name",
+        ),
+        (
+            f"DJANGO_SECRET_KEY={SECRET_IN_THE_FILE}\\\nPLANTS_ADMIN_CLIENTS=10.0.1.0/24\n".encode(),
+            ", line 1 (DJANGO_SECRET_KEY), is not NAME=value: no backslash or space at the end of the value",
+        ),
     ],
-    ids=["missing", "not-utf-8", "spaces-around-equals", "indented", "not-a-setting", "byte-order-mark"],
+    ids=[
+        "missing",
+        "not-utf-8",
+        "spaces-around-equals",
+        "indented",
+        "not-a-setting",
+        "byte-order-mark",
+        "exported",
+        "continued",
+    ],
 )
 def test_a_settings_file_read_otherwise_than_as_written_stops_the_start_naming_its_line_never_its_value(
     tmp_path, content, refused_because
@@ -318,8 +336,8 @@ def test_a_settings_file_read_otherwise_than_as_written_stops_the_start_naming_i
 
 @pytest.mark.parametrize(
     "metrics_token",
-    ["short-metrics-token", f"{'a' * 40},{'b' * 40},{'c' * 40}", f"{'a' * 40},short"],
-    ids=["short", "three", "one-of-two-short"],
+    ["short-metrics-token", f"{'a' * 40},{'b' * 40},{'c' * 40}", f"{'a' * 40},short", " , "],
+    ids=["short", "three", "one-of-two-short", "none-between-commas"],
 )
 def test_a_metrics_token_setting_other_than_one_or_two_long_tokens_stops_the_start(metrics_token):
     result = manage_check(DJANGO_SECRET_KEY=SECRET_KEY, PLANTS_METRICS_TOKEN=metrics_token)
@@ -330,13 +348,13 @@ def test_a_metrics_token_setting_other_than_one_or_two_long_tokens_stops_the_sta
     ) in result.stderr
 
 
-def test_an_allowed_host_that_is_not_ascii_stops_the_start_naming_its_idna_form():
+def test_an_allowed_host_that_is_not_ascii_stops_the_start_asking_for_its_idna_form():
     result = manage_check(DJANGO_SECRET_KEY=SECRET_KEY, DJANGO_ALLOWED_HOSTS="bücher.example")
 
     assert result.returncode != 0
     assert (
-        "DJANGO_ALLOWED_HOSTS: 'bücher.example' is not ASCII; write it as clients send it, in its IDNA form: "
-        "'xn--bcher-kva.example'"
+        "DJANGO_ALLOWED_HOSTS: 'bücher.example' is not ASCII; write it as clients send it, in its IDNA form "
+        "(each label not in ASCII as xn--…, e.g. bücher.example as xn--bcher-kva.example)"
     ) in result.stderr
 
 
