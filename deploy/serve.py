@@ -93,8 +93,9 @@ def under_way(busy: list[str], what: str):
 
 def reason(error: Exception) -> str:
     """An error in one line: ours (RuntimeError) and the system's (OSError) say what failed; any other
-    is named by its type."""
-    return str(error) if isinstance(error, (RuntimeError, OSError)) else f"{type(error).__name__}: {error}"
+    is named by its type. Without the unit's name, which the lines here begin with already."""
+    text = str(error) if isinstance(error, (RuntimeError, OSError)) else f"{type(error).__name__}: {error}"
+    return text.removeprefix("serve: ")
 
 
 def say(line: str) -> None:

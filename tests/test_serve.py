@@ -188,7 +188,8 @@ def test_a_start_on_a_port_another_server_holds_fails_without_a_ready_line(tmp_p
     assert status == 2  # make's, for the recipe's exit 1
     assert f"serve: nginx on {server.url}, the app server on" not in server.log()  # no ready line
     assert f"bind() to 127.0.0.1:{server.port} failed (98: Address already in use)" in server.log()
-    assert f"serve: serve: nginx on {server.url}: the process exited (1)" in server.log()
+    assert f"serve: nginx on {server.url}: the process exited (1)\n" in server.log()
+    assert "serve: serve:" not in server.log()
 
 
 def test_a_rate_limit_store_down_at_start_does_not_stop_it_and_it_serves_uncounted_till_the_store_is_back(tmp_path):
