@@ -1,13 +1,16 @@
 """The alerts proven on make cluster's real units: Debian's Prometheus with deploy/prometheus/'s
 configuration and rules unchanged (tests/monitoring.py) sees the cluster healthy under load, then each
 failure made, its alert in Prometheus' own ALERTS series (its expression on real series, its `for:`
-untouched), and Alertmanager's page for every app server down arrives once.
+untouched), and Alertmanager's pages for every app server down and for the edge arrive once each.
 
 The cluster and its failover pair are tests/failover.py's. The tests run in order, the failures grouped
-so that each server is stopped once: Redis, the standby and archiving at once; then the database cut
-off from the app servers; then the front stopped, then every app server too.
+so that each server is stopped once: Redis, the standby and archiving at once; then the primary's archiver
+stopped, as a push that hangs leaves it (its series, not its alert, which waits 10 minutes); then the
+database cut off from the app servers; then the front stopped, then every app server too.
 """
 
+import os
+import signal
 import time
 
 import pytest
@@ -37,8 +40,9 @@ HEALTHY_S = 120
 
 
 class Watching:
-    def __init__(self, prometheus: ShippedPrometheus, webhook: WebhookReceiver):
+    def __init__(self, prometheus: ShippedPrometheus, webhook: WebhookReceiver, exporters: dict[str, str]):
         self.prometheus, self.webhook = prometheus, webhook
+        self.exporters = exporters  # each data node's postgres_exporter (its `instance`), by the node's name
 
     def wait_for(self, names: set[str], states: set[str] = frozenset({"pending", "firing"}), timeout=SEEN_WITHIN_S):
         """Until each of `names` is in ALERTS in one of `states`."""
@@ -75,7 +79,8 @@ def watching(database, cluster):  # noqa: F811
     }
     prometheus = ShippedPrometheus(work_dir, DEPLOYED_SETTINGS["PLANTS_METRICS_TOKEN"], targets)
     with running(work_dir, webhook, [*servers, prometheus]):
-        yield Watching(prometheus, webhook)
+        nodes = {node.name: exporter.address for node, exporter in zip(database.nodes, exporters, strict=True)}
+        yield Watching(prometheus, webhook, nodes)
 
 
 def test_healthy_under_load_for_two_minutes_no_alert_is_pending_or_firing_but_the_watchdog(
@@ -149,6 +154,36 @@ def test_redis_the_standby_and_archiving_failing_raise_their_alerts(
     healthy.wait_until_healthy(timeout=90)
 
 
+def test_an_archiving_push_that_hangs_counts_no_failure_and_shows_its_waiting_segment_to_the_stalled_alert(
+    watching,
+    healthy,  # noqa: F811
+):
+    prometheus = watching.prometheus
+    primary = healthy.primary()
+    (archiver,) = FailoverDatabase.execute(primary, "SELECT pid FROM pg_stat_activity WHERE backend_type = 'archiver'")
+    failed = lambda: FailoverDatabase.execute(primary, "SELECT failed_count FROM pg_stat_archiver")  # noqa: E731
+    failed_before = failed()
+    waiting = 'plantstore_archive_oldest_waiting_seconds{job="plantstore-database"} > 20'
+    # The archiver stopped as a push that never returns leaves it (a repository that does not answer):
+    # the segment the switch closes waits, and PostgreSQL counts nothing. The alert waits 5 minutes
+    # more than this test does (its arithmetic: promtool's unit tests); here its series, on the real
+    # exporter, says what it reads.
+    os.kill(archiver[0], signal.SIGSTOP)
+    try:
+        FailoverDatabase.execute(primary, "CHECKPOINT")
+        FailoverDatabase.execute(primary, "SELECT pg_switch_wal()")
+        wait_until(lambda: prometheus.query(waiting), prometheus.process, SEEN_WITHIN_S, "a segment waiting over 20 s")
+        stalled = prometheus.query(waiting)
+        failed_meanwhile = failed()
+    finally:
+        os.kill(archiver[0], signal.SIGCONT)
+    archived = 'max(plantstore_archive_waiting_segments{job="plantstore-database"}) == 0'
+    wait_until(lambda: prometheus.query(archived), prometheus.process, SEEN_WITHIN_S, "every waiting segment archived")
+
+    assert [sample["metric"]["instance"] for sample in stalled] == [watching.exporters[primary.name]]
+    assert failed_meanwhile == failed_before
+
+
 def test_the_database_cut_off_from_the_app_servers_raises_database_unavailable(
     watching,
     healthy,  # noqa: F811
@@ -166,7 +201,7 @@ def test_the_database_cut_off_from_the_app_servers_raises_database_unavailable(
     assert 503 in {status for _, status, *_ in load.answers}
 
 
-def test_every_app_server_and_the_front_stopped_raise_their_alerts_and_one_page_arrives(
+def test_every_app_server_and_the_front_stopped_raise_their_alerts_and_each_page_arrives_once(
     watching,
     healthy,  # noqa: F811
     cluster,  # noqa: F811
@@ -184,6 +219,9 @@ def test_every_app_server_and_the_front_stopped_raise_their_alerts_and_one_page_
         # `for: 1m`, then the route's group_wait (30 s).
         watching.wait_for({"PlantsAppServersDown"}, {"firing"}, timeout=SEEN_WITHIN_S + 60)
         wait_until(lambda: webhook.notified("page", "PlantsAppServersDown"), None, 60, "the page")
+        # The edge's own page too, the app servers' firing meanwhile: it is not muted by theirs (a false
+        # one, scrapes refused for a token out of step, would hide a front that stopped answering).
+        wait_until(lambda: webhook.notified("page", "PlantsEdgeDown"), None, 90, "the edge's page")
     finally:
         for unit in cluster.units:
             unit.start()
@@ -192,4 +230,5 @@ def test_every_app_server_and_the_front_stopped_raise_their_alerts_and_one_page_
 
     assert {"PlantsAppServersDown", "PlantsAppServerDown"}.isdisjoint(front_alone), front_alone
     assert len(webhook.notified("page", "PlantsAppServersDown")) == 1
+    assert len(webhook.notified("page", "PlantsEdgeDown")) == 1
     assert webhook.notified("ticket", "PlantsAppServersDown") == []
